@@ -1,0 +1,308 @@
+"""The three composition operators of energy calculus and the idle element.
+
+Sequential ⊗ (:func:`seq`), same-device parallel ⊕ (:func:`par`) and cross-device parallel
+⊕multi (:func:`par_multi`), in the context-independent form of the paper (§4.3, §5), with
+variances propagated per Property 5.6 and Appendix F.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+
+from scipy.stats import norm
+
+from eopt.calculus.signature import Signature, SignatureError
+from eopt.devices.operating_point import OperatingPoint
+
+__all__ = [
+    "CompositionError",
+    "idle",
+    "max_moments",
+    "par",
+    "par_multi",
+    "seq",
+]
+
+IDLE_SYMBOL = "ι"
+SEQ_SYMBOL = "⊗"
+PAR_SYMBOL = "⊕"
+MULTI_SYMBOL = "⊕multi"
+
+_REL_TOL = 1e-9
+
+
+class CompositionError(SignatureError):
+    """Operands that the operator cannot compose (device or static-power mismatch)."""
+
+
+# Var(max) of Gaussian times --------------------------------------------------------------
+def _clark_pair(mu1: float, var1: float, mu2: float, var2: float) -> tuple[float, float]:
+    """Mean and variance of max(X, Y) for independent Gaussians (Clark, 1961), exact."""
+    a2 = var1 + var2
+    if a2 <= 0.0:
+        return max(mu1, mu2), 0.0
+    a = math.sqrt(a2)
+    alpha = (mu1 - mu2) / a
+    cdf, cdf_neg, pdf = norm.cdf(alpha), norm.cdf(-alpha), norm.pdf(alpha)
+    m1 = mu1 * cdf + mu2 * cdf_neg + a * pdf
+    m2 = (mu1**2 + var1) * cdf + (mu2**2 + var2) * cdf_neg + (mu1 + mu2) * a * pdf
+    return float(m1), float(max(0.0, m2 - m1**2))
+
+
+def max_moments(means: Sequence[float], variances: Sequence[float]) -> tuple[float, float]:
+    """Mean and variance of the maximum of independent Gaussian variables.
+
+    Exact for two variables (Clark's formulas); for more, Clark's pairwise recursion, which
+    approximates each partial maximum by a Gaussian with the same two moments.
+
+    Args:
+        means: Means μ_i (e.g. element times in s).
+        variances: Variances σ_i² (s²).
+
+    Returns:
+        (E[max], Var[max]).
+
+    Example:
+        >>> round(max_moments([1.0, 1.0], [1.0, 1.0])[1], 4)  # 1 - 1/π
+        0.6817
+    """
+    if len(means) != len(variances) or not means:
+        raise ValueError("max_moments needs equally many means and variances (at least one)")
+    # Larger means first keeps the recursion's Gaussian approximation tight.
+    order = sorted(range(len(means)), key=lambda i: -means[i])
+    mu, var = float(means[order[0]]), float(variances[order[0]])
+    for i in order[1:]:
+        mu, var = _clark_pair(mu, var, float(means[i]), float(variances[i]))
+    return mu, var
+
+
+# Terms ------------------------------------------------------------------------------------
+def _top_operator(term: str) -> str | None:
+    """The operator at paren depth 0 of a term, or None for an atom / parenthesized term."""
+    depth = 0
+    i = 0
+    while i < len(term):
+        ch = term[i]
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif depth == 0 and term.startswith(" " + MULTI_SYMBOL + " ", i):
+            return MULTI_SYMBOL
+        elif depth == 0 and term.startswith(" " + SEQ_SYMBOL + " ", i):
+            return SEQ_SYMBOL
+        elif depth == 0 and term.startswith(" " + PAR_SYMBOL + " ", i):
+            return PAR_SYMBOL
+        i += 1
+    return None
+
+
+def _join(symbol: str, sigs: Sequence[Signature], wrap: bool) -> str:
+    parts = []
+    for sig in sigs:
+        top = _top_operator(sig.term)
+        parts.append(sig.term if top is None or top == symbol else f"({sig.term})")
+    joined = f" {symbol} ".join(parts)
+    return f"({joined})" if wrap and len(parts) > 1 else joined
+
+
+def _name(symbol: str, sigs: Sequence[Signature]) -> str:
+    names = [s.name for s in sigs]
+    return names[0] if len(names) == 1 else f"{symbol}[{', '.join(names)}]"
+
+
+def _flatten(sigs: Iterable[Signature | Iterable[Signature]]) -> list[Signature]:
+    out: list[Signature] = []
+    for s in sigs:
+        if isinstance(s, Signature):
+            out.append(s)
+        else:
+            out.extend(_flatten(s))
+    return out
+
+
+def _device_union(sigs: Sequence[Signature]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(d for s in sigs for d in s.devices))
+
+
+def _require_same_devices(op: str, sigs: Sequence[Signature]) -> None:
+    placed = [s for s in sigs if s.devices]
+    for s in placed[1:]:
+        if set(s.devices) != set(placed[0].devices):
+            raise CompositionError(
+                f"{op} needs operands on the same device(s): {placed[0].name!r} is on "
+                f"{list(placed[0].devices)}, {s.name!r} on {list(s.devices)}"
+                + ("; use par_multi for different devices" if op == "par" else "")
+            )
+
+
+# Operators --------------------------------------------------------------------------------
+def idle(duration: float, static_power: float, device: str | Iterable[str] = ()) -> Signature:
+    """The idle element ι: a device drawing ``static_power`` W for ``duration`` s, no work.
+
+    Args:
+        duration: Length of the idle period, in s.
+        static_power: Draw while idle, in W (the ready state's static power by default in
+            schedules; a deeper idle state can be given).
+        device: The idling device.
+    """
+    return Signature(
+        name="idle",
+        static_power=static_power,
+        time=duration,
+        dynamic_energy=0.0,
+        devices=(device,) if isinstance(device, str) else tuple(device),
+        meta={"idle": True},
+        term=IDLE_SYMBOL,
+    )
+
+
+def seq(*sigs: Signature | Iterable[Signature], name: str | None = None) -> Signature:
+    """Sequential composition E₁ ⊗ E₂ ⊗ … on one device set.
+
+    Times and dynamic energies add; the composite static power is the time-weighted mean
+    (E − d)/T; time and energy variances add (independent errors, Appendix F.1).
+
+    Args:
+        *sigs: Signatures (or iterables of them) in execution order.
+        name: Name of the composite; defaults to ``⊗[a, b, …]``.
+
+    Raises:
+        CompositionError: when operands sit on different device sets.
+    """
+    operands = _flatten(sigs)
+    if not operands:
+        raise CompositionError("seq needs at least one operand")
+    if len(operands) == 1 and name is None:
+        return operands[0]
+    _require_same_devices("seq", operands)
+    time = sum(s.time for s in operands)
+    dynamic = sum(s.dynamic_energy for s in operands)
+    static_energy = sum(s.static_energy for s in operands)
+    static_power = static_energy / time if time > 0 else max(s.static_power for s in operands)
+    return Signature(
+        name=name or _name(SEQ_SYMBOL, operands),
+        static_power=static_power,
+        time=time,
+        dynamic_energy=dynamic,
+        var_time=sum(s.var_time for s in operands),
+        var_energy=sum(s.var_energy for s in operands),
+        devices=_device_union(operands),
+        op_point=_common_op_point(operands),
+        meta={"composite": "seq", "operands": len(operands)},
+        term=_join(SEQ_SYMBOL, operands, wrap=False),
+    )
+
+
+def par(*sigs: Signature | Iterable[Signature], name: str | None = None) -> Signature:
+    """Same-device parallel composition E₁ ⊕ E₂ ⊕ … (co-starting elements).
+
+    Static power is drawn once over the makespan; dynamic energies add:
+    E = s·max(T_i) + Σd_i. σ_E² = Σσ_d,i² + s²·Var(max T) (Property 5.6).
+
+    Raises:
+        CompositionError: when operands sit on different devices or have different static
+            power (they must share the device-wide operating point).
+    """
+    operands = _flatten(sigs)
+    if not operands:
+        raise CompositionError("par needs at least one operand")
+    if len(operands) == 1 and name is None:
+        return operands[0]
+    _require_same_devices("par", operands)
+    s0 = operands[0].static_power
+    for s in operands[1:]:
+        if not math.isclose(s.static_power, s0, rel_tol=_REL_TOL, abs_tol=1e-12):
+            raise CompositionError(
+                f"par needs one shared static power (one device-wide operating point): "
+                f"{operands[0].name!r} has {s0:g} W, {s.name!r} has {s.static_power:g} W"
+            )
+    _, var_max = max_moments([s.time for s in operands], [s.var_time for s in operands])
+    return Signature(
+        name=name or _name(PAR_SYMBOL, operands),
+        static_power=s0,
+        time=max(s.time for s in operands),
+        dynamic_energy=sum(s.dynamic_energy for s in operands),
+        var_time=var_max,
+        var_energy=sum(s.var_dynamic for s in operands) + s0**2 * var_max,
+        devices=_device_union(operands),
+        op_point=_common_op_point(operands),
+        meta={"composite": "par", "operands": len(operands)},
+        term=_join(PAR_SYMBOL, operands, wrap=True),
+    )
+
+
+def par_multi(
+    *sigs: Signature | Iterable[Signature],
+    idle_power: float | Mapping[str, float] | None = None,
+    name: str | None = None,
+) -> Signature:
+    """Cross-device parallel composition E₁ ⊕multi E₂ ⊕multi … on disjoint devices.
+
+    Shorter operands are padded with idle elements up to the longest duration, so every
+    device is covered to the makespan. σ_E² = Σσ_d,i² + (Σs_i)²·Var(max T).
+
+    Args:
+        *sigs: Signatures on pairwise disjoint device sets.
+        idle_power: Idle draw in W while padding: one value for all, a mapping from device
+            name to W, or ``None`` for each operand's own static power.
+        name: Name of the composite.
+
+    Raises:
+        CompositionError: when two operands share a device.
+    """
+    operands = _flatten(sigs)
+    if not operands:
+        raise CompositionError("par_multi needs at least one operand")
+    if len(operands) == 1 and name is None:
+        return operands[0]
+    seen: dict[str, str] = {}
+    for s in operands:
+        for d in s.devices:
+            if d in seen:
+                raise CompositionError(
+                    f"par_multi needs disjoint devices: {seen[d]!r} and {s.name!r} are both "
+                    f"on {d!r}; use par for elements sharing a device"
+                )
+            seen[d] = s.name
+    makespan = max(s.time for s in operands)
+    padded: list[Signature] = []
+    for s in operands:
+        gap = makespan - s.time
+        if gap > 0:
+            draw = _idle_draw(s, idle_power)
+            padded.append(seq(s, idle(gap, draw, s.devices), name=s.name))
+        else:
+            padded.append(s)
+    dynamic = sum(s.dynamic_energy for s in operands)
+    energy = sum(p.energy for p in padded)
+    sum_static = sum(s.static_power for s in operands)
+    _, var_max = max_moments([s.time for s in operands], [s.var_time for s in operands])
+    return Signature(
+        name=name or _name(MULTI_SYMBOL, operands),
+        static_power=(energy - dynamic) / makespan if makespan > 0 else sum_static,
+        time=makespan,
+        dynamic_energy=dynamic,
+        var_time=var_max,
+        var_energy=sum(s.var_dynamic for s in operands) + sum_static**2 * var_max,
+        devices=_device_union(operands),
+        meta={"composite": "par_multi", "operands": len(operands)},
+        term=_join(MULTI_SYMBOL, padded, wrap=True),
+    )
+
+
+def _idle_draw(sig: Signature, idle_power: float | Mapping[str, float] | None) -> float:
+    if idle_power is None:
+        return sig.static_power
+    if isinstance(idle_power, Mapping):
+        if sig.devices and all(d in idle_power for d in sig.devices):
+            return float(sum(idle_power[d] for d in sig.devices))
+        return sig.static_power
+    return float(idle_power) * max(1, len(sig.devices))
+
+
+def _common_op_point(sigs: Sequence[Signature]) -> OperatingPoint:
+    """The operands' operating point when they all share it, else the default point."""
+    points = {s.op_point for s in sigs if not s.meta.get("idle")}
+    return points.pop() if len(points) == 1 else OperatingPoint()

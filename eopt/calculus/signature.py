@@ -1,0 +1,207 @@
+"""Energy signatures: the atoms of energy calculus (paper §3.2, §4.3)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from eopt.devices.operating_point import OperatingPoint
+
+__all__ = ["Signature", "SignatureError"]
+
+
+class SignatureError(ValueError):
+    """A signature with values that violate the calculus' axioms (negative, NaN …)."""
+
+
+def _check_number(name: str, field_name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SignatureError(f"signature {name!r}: {field_name} must be a number, got {value!r}")
+    value = float(value)
+    if math.isnan(value) or math.isinf(value):
+        raise SignatureError(f"signature {name!r}: {field_name} must be finite, got {value}")
+    if value < 0:
+        raise SignatureError(f"signature {name!r}: {field_name} must be ≥ 0, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class Signature:
+    """The reduced energy signature of an element: E = s·T + d, with uncertainty.
+
+    Attributes:
+        name: The element's name, usually its type (``stage0.forward``, ``gemm``).
+        static_power: s, the ready device's draw at the operating point, in W.
+        time: T, the element's execution time, in s.
+        dynamic_energy: d ≥ 0, the energy above static draw, in J.
+        var_time: σ_T², variance of a single run's time, in s².
+        var_energy: σ_E², variance of a single run's total energy, in J².
+        devices: The devices hosting the element (one for a measured element).
+        workload: θ, workload parameters (tensor sizes, batch size …).
+        impl: κ, the implementation's name.
+        op_point: ω, the operating point it was measured at.
+        meta: How it was measured (method, backend, n runs, medians, CIs …).
+        term: The operator expression that produced it (its name for a measured element).
+    """
+
+    name: str
+    static_power: float
+    time: float
+    dynamic_energy: float
+    var_time: float = 0.0
+    var_energy: float = 0.0
+    devices: tuple[str, ...] = ()
+    workload: Mapping[str, Any] = field(default_factory=dict)
+    impl: str = "default"
+    op_point: OperatingPoint = field(default_factory=OperatingPoint)
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    term: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise SignatureError(f"signature name must be a non-empty string, got {self.name!r}")
+        for attr in ("static_power", "time", "dynamic_energy", "var_time", "var_energy"):
+            object.__setattr__(self, attr, _check_number(self.name, attr, getattr(self, attr)))
+        devices = self.devices
+        if isinstance(devices, str):
+            devices = (devices,)
+        object.__setattr__(self, "devices", tuple(dict.fromkeys(str(d) for d in devices)))
+        if not isinstance(self.op_point, OperatingPoint):
+            op = OperatingPoint.from_dict(self.op_point)  # type: ignore[arg-type]
+            object.__setattr__(self, "op_point", op)
+        object.__setattr__(self, "workload", dict(self.workload))
+        object.__setattr__(self, "meta", dict(self.meta))
+        if not self.term:
+            object.__setattr__(self, "term", self.name)
+
+    # Derived quantities -------------------------------------------------------------------
+    @property
+    def energy(self) -> float:
+        """Total energy E = s·T + d, in J."""
+        return self.static_power * self.time + self.dynamic_energy
+
+    @property
+    def static_energy(self) -> float:
+        """Static energy s·T, in J."""
+        return self.static_power * self.time
+
+    @property
+    def var_dynamic(self) -> float:
+        """σ_d² = σ_E² − s²·σ_T² (clamped at 0), in J²."""
+        return max(0.0, self.var_energy - self.static_power**2 * self.var_time)
+
+    @property
+    def std_energy(self) -> float:
+        """σ_E, in J."""
+        return math.sqrt(self.var_energy)
+
+    @property
+    def std_time(self) -> float:
+        """σ_T, in s."""
+        return math.sqrt(self.var_time)
+
+    @property
+    def mean_power(self) -> float:
+        """Average power E / T, in W (0 for a zero-length element)."""
+        return self.energy / self.time if self.time > 0 else 0.0
+
+    @property
+    def device(self) -> str:
+        """The single hosting device.
+
+        Raises:
+            SignatureError: when the element spans several devices or none.
+        """
+        if len(self.devices) != 1:
+            raise SignatureError(
+                f"signature {self.name!r} spans {len(self.devices)} devices "
+                f"{list(self.devices)}; use .devices"
+            )
+        return self.devices[0]
+
+    def with_(self, **changes: Any) -> Signature:
+        """A copy with fields replaced (signatures are immutable)."""
+        return replace(self, **changes)
+
+    def on(self, device: str | Iterable[str]) -> Signature:
+        """A copy placed on ``device``."""
+        devices = (device,) if isinstance(device, str) else tuple(device)
+        return replace(self, devices=devices)
+
+    # Serialisation ------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready mapping in the ``eopt.signature/1`` layout."""
+        out: dict[str, Any] = {
+            "schema": "eopt.signature/1",
+            "name": self.name,
+            "static_power": self.static_power,
+            "time": self.time,
+            "dynamic_energy": self.dynamic_energy,
+            "var_time": self.var_time,
+            "var_energy": self.var_energy,
+            "devices": list(self.devices),
+            "workload": dict(self.workload),
+            "impl": self.impl,
+            "op_point": self.op_point.to_dict(),
+            "meta": dict(self.meta),
+        }
+        if self.term != self.name:
+            out["term"] = self.term
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Signature:
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            SignatureError: naming the missing or invalid field.
+        """
+        if not isinstance(data, Mapping):
+            raise SignatureError(f"expected a JSON object, got {type(data).__name__}")
+        schema = data.get("schema", "eopt.signature/1")
+        if schema != "eopt.signature/1":
+            raise SignatureError(f"field 'schema': expected 'eopt.signature/1', got {schema!r}")
+        for key in ("name", "static_power", "time", "dynamic_energy"):
+            if key not in data:
+                raise SignatureError(f"field {key!r} is missing")
+        known = {
+            "schema", "name", "static_power", "time", "dynamic_energy", "var_time",
+            "var_energy", "devices", "device", "workload", "impl", "op_point", "meta", "term",
+        }  # fmt: skip
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise SignatureError(f"unknown field(s) {unknown}")
+        devices = data.get("devices", data.get("device", ()))
+        if isinstance(devices, str):
+            devices = (devices,)
+        if not isinstance(devices, (list, tuple)):
+            raise SignatureError("field 'devices' must be a list of device names")
+        for key in ("workload", "meta"):
+            if not isinstance(data.get(key, {}), Mapping):
+                raise SignatureError(f"field {key!r} must be an object")
+        try:
+            op_point = OperatingPoint.from_dict(data.get("op_point"))
+        except ValueError as exc:
+            raise SignatureError(f"field 'op_point': {exc}") from None
+        return cls(
+            name=data["name"],
+            static_power=data["static_power"],
+            time=data["time"],
+            dynamic_energy=data["dynamic_energy"],
+            var_time=data.get("var_time", 0.0),
+            var_energy=data.get("var_energy", 0.0),
+            devices=tuple(devices),
+            workload=data.get("workload", {}),
+            impl=str(data.get("impl", "default")),
+            op_point=op_point,
+            meta=data.get("meta", {}),
+            term=str(data.get("term", "")),
+        )
+
+    def __str__(self) -> str:
+        return (
+            f"{self.name}: E={self.energy:.6g} J (±{self.std_energy:.2g}), T={self.time:.6g} s, "
+            f"s={self.static_power:.4g} W, d={self.dynamic_energy:.6g} J"
+        )

@@ -1,0 +1,103 @@
+"""The ``eopt`` command line: a thin layer over the library.
+
+Each subcommand lives in its own module (``eopt/cli/<name>.py``) exposing ``command``;
+modules load only when their command runs, so ``eopt --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from typing import Any
+
+import click
+
+from eopt.cli._common import report_error
+
+__all__ = ["main"]
+
+# name → (module, one-line help shown by `eopt --help`)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("eopt.cli.demo", "Run the whole pipeline on the simulated GPU in under a minute."),
+    "sweep": ("eopt.cli.sweep", "Measure a kernel over implementations × operating points."),
+    "measure": ("eopt.cli.measure", "Measure the energy of one command and its regions."),
+    "frontier": ("eopt.cli.frontier", "Print or plot the time–energy Pareto frontier."),
+    "compose": ("eopt.cli.compose", "Compose signatures along an expression or a schedule."),
+    "plan": ("eopt.cli.plan", "Generate plans (e.g. 1F1B pipelines) from profiles."),
+    "solve": ("eopt.cli.solve", "Choose κ and ω per element: minimum energy under a deadline."),
+    "apply": ("eopt.cli.apply", "Set the clocks / power limits of a schedule through NVML."),
+    "reset": ("eopt.cli.reset", "Restore GPUs that a killed eopt run left changed."),
+    "report": ("eopt.cli.report", "Write a standalone HTML report."),
+    "trace": ("eopt.cli.trace", "Export a Perfetto / Chrome trace."),
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported only when invoked."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [name for name, (mod, _) in COMMANDS.items() if _module_exists(mod)]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        entry = COMMANDS.get(cmd_name)
+        if entry is None or not _module_exists(entry[0]):
+            return None
+        return importlib.import_module(entry[0]).command  # type: ignore[no-any-return]
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+def _module_exists(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+@click.group(
+    cls=LazyGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+@click.version_option(package_name="eopt")
+@click.option("--debug", is_flag=True, help="Show full tracebacks on errors.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """eopt — measure, compose and optimize GPU energy.
+
+    \b
+    Characterize:  eopt sweep sim:gemm --clocks all -o gemm.jsonl
+    Compose:       eopt compose lib.jsonl "seq(a, par(b, c))"
+    Optimize:      eopt solve plan.yaml --slowdown 5% -o schedule.json
+    Act:           eopt apply schedule.json --dry-run
+
+    Without an NVIDIA GPU, eopt uses its built-in simulated GPU and says so.
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug or bool(os.environ.get("EOPT_DEBUG"))
+
+
+def main(argv: list[str] | None = None) -> Any:
+    """Entry point of the ``eopt`` console script."""
+    debug = "--debug" in (argv if argv is not None else sys.argv[1:]) or bool(
+        os.environ.get("EOPT_DEBUG")
+    )
+    try:
+        return cli.main(args=argv, prog_name="eopt", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        click.echo("Interrupted.", err=True)
+        sys.exit(130)
+    except Exception as exc:
+        if debug:
+            raise
+        sys.exit(report_error(exc))

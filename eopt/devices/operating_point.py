@@ -1,0 +1,101 @@
+"""Operating points ω: the hardware settings an element runs at."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["OperatingPoint"]
+
+
+@dataclass(frozen=True)
+class OperatingPoint:
+    """A hardware operating point ω = (ω_dev, ω_elem).
+
+    The device-wide part (SM clock, memory clock, power limit) is shared by every element
+    that runs on the device at the same time; the per-element part (``extras``, e.g. an SM
+    count given to a kernel) is the element's own.
+
+    Attributes:
+        sm_clock_mhz: Locked SM (graphics) clock in MHz, or ``None`` for the driver's choice.
+        mem_clock_mhz: Locked memory clock in MHz, or ``None``.
+        power_limit_w: Power-management limit in W, or ``None`` for the current limit.
+        extras: Per-element settings (name → JSON-serialisable value).
+    """
+
+    sm_clock_mhz: float | None = None
+    mem_clock_mhz: float | None = None
+    power_limit_w: float | None = None
+    extras: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("sm_clock_mhz", "mem_clock_mhz", "power_limit_w"):
+            value = getattr(self, name)
+            if value is not None and not (value > 0):
+                raise ValueError(f"OperatingPoint.{name} must be positive, got {value!r}")
+        object.__setattr__(self, "extras", dict(self.extras))
+
+    def __hash__(self) -> int:
+        return hash((self.device_key, tuple(sorted(self.extras.items(), key=lambda kv: kv[0]))))
+
+    @property
+    def device_key(self) -> tuple[float | None, float | None, float | None]:
+        """The device-wide part ω_dev as a hashable key (SM MHz, memory MHz, limit W)."""
+        return (self.sm_clock_mhz, self.mem_clock_mhz, self.power_limit_w)
+
+    def device_wide(self) -> OperatingPoint:
+        """The same point without its per-element extras."""
+        return OperatingPoint(self.sm_clock_mhz, self.mem_clock_mhz, self.power_limit_w)
+
+    def label(self) -> str:
+        """A short human-readable label such as ``1410MHz/300W``."""
+        parts = []
+        if self.sm_clock_mhz is not None:
+            parts.append(f"{self.sm_clock_mhz:g}MHz")
+        if self.mem_clock_mhz is not None:
+            parts.append(f"mem{self.mem_clock_mhz:g}MHz")
+        if self.power_limit_w is not None:
+            parts.append(f"{self.power_limit_w:g}W")
+        parts.extend(f"{k}={v}" for k, v in sorted(self.extras.items()))
+        return "/".join(parts) if parts else "default"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready mapping; ``None`` fields are omitted."""
+        out: dict[str, Any] = {}
+        for name in ("sm_clock_mhz", "mem_clock_mhz", "power_limit_w"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        if self.extras:
+            out["extras"] = dict(self.extras)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> OperatingPoint:
+        """Inverse of :meth:`to_dict`; unknown keys are rejected.
+
+        Raises:
+            ValueError: on unknown keys or non-numeric values.
+        """
+        if data is None:
+            return cls()
+        if not isinstance(data, Mapping):
+            raise ValueError(f"op_point must be an object, got {type(data).__name__}")
+        known = {"sm_clock_mhz", "mem_clock_mhz", "power_limit_w", "extras"}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(
+                f"op_point has unknown key(s) {sorted(unknown)}; expected {sorted(known)}"
+            )
+        kwargs: dict[str, Any] = {}
+        for name in ("sm_clock_mhz", "mem_clock_mhz", "power_limit_w"):
+            value = data.get(name)
+            if value is not None:
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                    raise ValueError(f"op_point.{name} must be a number, got {value!r}")
+                kwargs[name] = float(value)
+        extras = data.get("extras") or {}
+        if not isinstance(extras, Mapping):
+            raise ValueError("op_point.extras must be an object")
+        return cls(**kwargs, extras=dict(extras))
