@@ -1,0 +1,425 @@
+"""Plan files (``eopt.plan/1``, YAML or JSON): a DAG of elements on devices.
+
+A plan names its devices (with their idle power s̄), its elements (name, device, the
+element type looked up in signature libraries, dependencies), optional same-device
+parallel groups, an optional deadline, and the signature libraries it uses::
+
+    schema: eopt.plan/1
+    name: gpt3-1f1b
+    libraries: [gpt3.signatures.jsonl]     # relative to the plan file
+    deadline: 3.0                          # s, optional
+    devices:
+      - {name: stage0, idle_power_w: 83.64, gpu: 0}
+      - {name: stage1, idle_power_w: 83.64, gpu: 1,
+         transition: {time_s: 0.0001, energy_j: 0.02}}   # optional clock-change cost
+    elements:
+      - {name: "F[s0,m0]", device: stage0, type: stage0.forward}
+      - {name: "F[s1,m0]", device: stage1, type: stage1.forward, after: ["F[s0,m0]"]}
+    groups:                                # same-device elements sharing one clock
+      - ["F[s0,m0]", "X[s0]"]
+
+Every validation error names the file and the place (``plan.yaml: elements[3].after:
+unknown element 'F9'``) and, for a cycle, the elements on it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+import yaml
+
+__all__ = [
+    "SCHEMA",
+    "Plan",
+    "PlanDevice",
+    "PlanElement",
+    "PlanError",
+    "read_plan",
+    "write_plan",
+]
+
+SCHEMA = "eopt.plan/1"
+
+
+class PlanError(ValueError):
+    """A plan that cannot be read or is inconsistent; names the file and the place."""
+
+
+@dataclass(frozen=True)
+class PlanDevice:
+    """A device of a plan.
+
+    Attributes:
+        name: The plan's name for the device (e.g. ``stage0``).
+        idle_power_w: s̄, its draw while it waits (idle/blocked), in W.
+        gpu: The physical GPU index it maps to, when known.
+        transition_time_s: Time paid each time its device-wide setting changes, in s.
+        transition_energy_j: Energy paid each time its device-wide setting changes, in J.
+    """
+
+    name: str
+    idle_power_w: float
+    gpu: int | None = None
+    transition_time_s: float = 0.0
+    transition_energy_j: float = 0.0
+
+    @property
+    def has_transition(self) -> bool:
+        """Whether changing the device-wide setting costs anything."""
+        return self.transition_time_s > 0 or self.transition_energy_j > 0
+
+
+@dataclass(frozen=True)
+class PlanElement:
+    """An element of a plan.
+
+    Attributes:
+        name: Unique name (e.g. ``F[s0,m3]``).
+        device: The device it runs on.
+        type: The element type: the signature name looked up in the libraries.
+        after: Names of the elements that must finish before it starts.
+    """
+
+    name: str
+    device: str
+    type: str
+    after: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A plan: elements on devices with precedence, ready to be solved.
+
+    Attributes:
+        devices: The devices.
+        elements: The elements, in the file's order.
+        groups: Same-device elements that run in parallel and share one device-wide
+            setting.
+        deadline: Makespan bound in s, or ``None``.
+        libraries: Signature library paths as written in the file.
+        name: A name for reports.
+        source: The file the plan was read from (libraries resolve relative to it).
+        meta: Free-form information (generator, parameters …).
+    """
+
+    devices: tuple[PlanDevice, ...]
+    elements: tuple[PlanElement, ...]
+    groups: tuple[tuple[str, ...], ...] = ()
+    deadline: float | None = None
+    libraries: tuple[str, ...] = ()
+    name: str | None = None
+    source: str | None = None
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _validate(self, self.source or "<plan>")
+
+    # Queries ------------------------------------------------------------------------------
+    def device(self, name: str) -> PlanDevice:
+        """The device called ``name``."""
+        for d in self.devices:
+            if d.name == name:
+                return d
+        raise KeyError(f"plan has no device {name!r}")
+
+    def element(self, name: str) -> PlanElement:
+        """The element called ``name``."""
+        for e in self.elements:
+            if e.name == name:
+                return e
+        raise KeyError(f"plan has no element {name!r}")
+
+    def types(self) -> list[str]:
+        """Distinct element types, in first-use order."""
+        return list(dict.fromkeys(e.type for e in self.elements))
+
+    def edges(self) -> list[tuple[str, str]]:
+        """Precedence pairs (before, after)."""
+        return [(dep, e.name) for e in self.elements for dep in e.after]
+
+    def library_paths(self) -> list[Path]:
+        """Library paths, relative ones resolved against the plan file's folder."""
+        base = Path(self.source).parent if self.source else Path.cwd()
+        return [p if p.is_absolute() else base / p for p in map(Path, self.libraries)]
+
+    def idle_power(self) -> dict[str, float]:
+        """s̄ per device, in W."""
+        return {d.name: d.idle_power_w for d in self.devices}
+
+    # Serialisation ------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """Mapping in the ``eopt.plan/1`` layout."""
+        devices = []
+        for d in self.devices:
+            entry: dict[str, Any] = {"name": d.name, "idle_power_w": d.idle_power_w}
+            if d.gpu is not None:
+                entry["gpu"] = d.gpu
+            if d.has_transition:
+                entry["transition"] = {
+                    "time_s": d.transition_time_s,
+                    "energy_j": d.transition_energy_j,
+                }
+            devices.append(entry)
+        elements = []
+        for e in self.elements:
+            item: dict[str, Any] = {"name": e.name, "device": e.device, "type": e.type}
+            if e.after:
+                item["after"] = list(e.after)
+            elements.append(item)
+        out: dict[str, Any] = {"schema": SCHEMA}
+        if self.name:
+            out["name"] = self.name
+        if self.libraries:
+            out["libraries"] = list(self.libraries)
+        if self.deadline is not None:
+            out["deadline"] = self.deadline
+        out["devices"] = devices
+        out["elements"] = elements
+        if self.groups:
+            out["groups"] = [list(g) for g in self.groups]
+        if self.meta:
+            out["meta"] = dict(self.meta)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "<plan>") -> Plan:
+        """Build and validate a plan from a parsed file.
+
+        Raises:
+            PlanError: naming ``source`` and the offending place.
+        """
+        if not isinstance(data, Mapping):
+            raise PlanError(f"{source}: expected a mapping at the top level (devices, elements)")
+        known = {"schema", "name", "libraries", "deadline", "devices", "elements", "groups", "meta"}
+        _no_unknown(data, known, source)
+        schema = data.get("schema", SCHEMA)
+        if schema != SCHEMA:
+            raise PlanError(f"{source}: schema: expected {SCHEMA!r}, got {schema!r}")
+        devices = tuple(
+            _device(d, f"{source}: devices[{i}]")
+            for i, d in enumerate(_seq(data, "devices", source))
+        )
+        elements = tuple(
+            _element(e, f"{source}: elements[{i}]")
+            for i, e in enumerate(_seq(data, "elements", source))
+        )
+        groups = []
+        for i, g in enumerate(data.get("groups") or []):
+            if not isinstance(g, list) or not all(isinstance(x, str) for x in g):
+                raise PlanError(f"{source}: groups[{i}]: expected a list of element names")
+            groups.append(tuple(g))
+        libraries = data.get("libraries") or []
+        if isinstance(libraries, str):
+            libraries = [libraries]
+        if not isinstance(libraries, list) or not all(isinstance(x, str) for x in libraries):
+            raise PlanError(f"{source}: libraries: expected a list of file paths")
+        deadline = data.get("deadline")
+        if deadline is not None:
+            deadline = _positive(deadline, f"{source}: deadline", "seconds")
+        name = data.get("name")
+        meta = data.get("meta") or {}
+        if not isinstance(meta, Mapping):
+            raise PlanError(f"{source}: meta: expected a mapping")
+        return cls(
+            devices=devices,
+            elements=elements,
+            groups=tuple(groups),
+            deadline=deadline,
+            libraries=tuple(libraries),
+            name=None if name is None else str(name),
+            source=source if source != "<plan>" else None,
+            meta=dict(meta),
+        )
+
+
+# Field parsers ----------------------------------------------------------------------------
+def _no_unknown(data: Mapping[str, Any], known: set[str], where: str) -> None:
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise PlanError(f"{where}: unknown field(s) {unknown}; expected some of {sorted(known)}")
+
+
+def _seq(data: Mapping[str, Any], key: str, where: str) -> Sequence[Any]:
+    value = data.get(key)
+    if value is None:
+        raise PlanError(f"{where}: field {key!r} is missing")
+    if not isinstance(value, list) or not value:
+        raise PlanError(f"{where}: field {key!r} must be a non-empty list")
+    return value
+
+
+def _str(data: Mapping[str, Any], key: str, where: str) -> str:
+    if key not in data:
+        raise PlanError(f"{where}: field {key!r} is missing")
+    value = data[key]
+    if not isinstance(value, (str, int)) or isinstance(value, bool) or str(value) == "":
+        raise PlanError(f"{where}.{key}: expected a non-empty name, got {value!r}")
+    return str(value)
+
+
+def _number(value: Any, where: str, unit: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise PlanError(f"{where}: expected a number ({unit}), got {value!r}")
+    x = float(value)
+    if not math.isfinite(x) or x < 0:
+        raise PlanError(f"{where}: expected a finite number ≥ 0 ({unit}), got {value!r}")
+    return x
+
+
+def _positive(value: Any, where: str, unit: str) -> float:
+    x = _number(value, where, unit)
+    if x <= 0:
+        raise PlanError(f"{where}: must be > 0 ({unit}), got {value!r}")
+    return x
+
+
+def _device(data: Any, where: str) -> PlanDevice:
+    if not isinstance(data, Mapping):
+        raise PlanError(f"{where}: expected a mapping with name and idle_power_w")
+    _no_unknown(data, {"name", "idle_power_w", "gpu", "transition"}, where)
+    name = _str(data, "name", where)
+    if "idle_power_w" not in data:
+        raise PlanError(
+            f"{where}: field 'idle_power_w' is missing (the device's draw while it waits, W)"
+        )
+    idle_w = _number(data["idle_power_w"], f"{where}.idle_power_w", "W")
+    gpu = data.get("gpu")
+    if gpu is not None and (isinstance(gpu, bool) or not isinstance(gpu, int) or gpu < 0):
+        raise PlanError(f"{where}.gpu: expected a GPU index (integer ≥ 0), got {gpu!r}")
+    t_s = e_j = 0.0
+    transition = data.get("transition")
+    if transition is not None:
+        if not isinstance(transition, Mapping):
+            raise PlanError(f"{where}.transition: expected a mapping with time_s and energy_j")
+        _no_unknown(transition, {"time_s", "energy_j"}, f"{where}.transition")
+        t_s = _number(transition.get("time_s", 0.0), f"{where}.transition.time_s", "s")
+        e_j = _number(transition.get("energy_j", 0.0), f"{where}.transition.energy_j", "J")
+    return PlanDevice(name, idle_w, gpu, t_s, e_j)
+
+
+def _element(data: Any, where: str) -> PlanElement:
+    if not isinstance(data, Mapping):
+        raise PlanError(f"{where}: expected a mapping with name, device, type")
+    _no_unknown(data, {"name", "device", "type", "after"}, where)
+    after = data.get("after") or []
+    if isinstance(after, str):
+        after = [after]
+    if not isinstance(after, list) or not all(isinstance(a, (str, int)) for a in after):
+        raise PlanError(f"{where}.after: expected a list of element names")
+    return PlanElement(
+        name=_str(data, "name", where),
+        device=_str(data, "device", where),
+        type=_str(data, "type", where),
+        after=tuple(str(a) for a in after),
+    )
+
+
+# Consistency --------------------------------------------------------------------------------
+def _validate(plan: Plan, source: str) -> None:
+    devices: dict[str, int] = {}
+    for i, d in enumerate(plan.devices):
+        if d.name in devices:
+            raise PlanError(
+                f"{source}: devices[{i}].name: device {d.name!r} is already defined "
+                f"at devices[{devices[d.name]}]"
+            )
+        devices[d.name] = i
+    index: dict[str, int] = {}
+    for i, e in enumerate(plan.elements):
+        if e.name in index:
+            raise PlanError(
+                f"{source}: elements[{i}].name: element {e.name!r} is already defined at "
+                f"elements[{index[e.name]}]; element names must be unique"
+            )
+        index[e.name] = i
+        if e.device not in devices:
+            raise PlanError(
+                f"{source}: elements[{i}].device: unknown device {e.device!r} "
+                f"(devices: {', '.join(devices)})"
+            )
+    for i, e in enumerate(plan.elements):
+        for dep in e.after:
+            if dep not in index:
+                raise PlanError(f"{source}: elements[{i}].after: unknown element {dep!r}")
+            if dep == e.name:
+                raise PlanError(f"{source}: elements[{i}].after: {e.name!r} depends on itself")
+    graph = nx.DiGraph()
+    graph.add_nodes_from(index)
+    graph.add_edges_from(plan.edges())
+    try:
+        cycle = nx.find_cycle(graph)
+    except nx.NetworkXNoCycle:
+        cycle = []
+    if cycle:
+        names = [u for u, _ in cycle] + [cycle[0][0]]
+        raise PlanError(
+            f"{source}: the elements' dependencies form a cycle: {' → '.join(names)}; "
+            "remove one of these 'after' entries"
+        )
+    grouped: dict[str, int] = {}
+    for gi, group in enumerate(plan.groups):
+        if len(group) < 2:
+            raise PlanError(f"{source}: groups[{gi}]: a group needs at least two elements")
+        for name in group:
+            if name not in index:
+                raise PlanError(f"{source}: groups[{gi}]: unknown element {name!r}")
+            if name in grouped:
+                raise PlanError(
+                    f"{source}: groups[{gi}]: element {name!r} is already in "
+                    f"groups[{grouped[name]}]; merge the two groups"
+                )
+            grouped[name] = gi
+        group_devices = {plan.elements[index[n]].device for n in group}
+        if len(group_devices) > 1:
+            raise PlanError(
+                f"{source}: groups[{gi}]: elements on different devices {sorted(group_devices)}; "
+                "a group shares one device-wide setting, so all its elements need one device"
+            )
+
+
+# Files ------------------------------------------------------------------------------------
+def read_plan(path: str | os.PathLike[str]) -> Plan:
+    """Read a plan file (``.yaml``/``.yml`` or ``.json``).
+
+    Raises:
+        PlanError: naming the file and the place (line for syntax errors).
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise PlanError(f"{p}: no such plan file") from None
+    except OSError as exc:
+        raise PlanError(f"{p}: cannot read ({exc.strerror})") from None
+    if p.suffix.lower() == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise PlanError(f"{p}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    else:
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            line = f":{mark.line + 1}" if mark is not None else ""
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise PlanError(f"{p}{line}: not valid YAML ({problem})") from None
+    return Plan.from_dict(data, source=str(p))
+
+
+def write_plan(path: str | os.PathLike[str], plan: Plan) -> None:
+    """Write ``plan`` as YAML (``.yaml``/``.yml``) or JSON (anything else)."""
+    p = Path(path)
+    data = plan.to_dict()
+    if p.suffix.lower() in (".yaml", ".yml"):
+        text = yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100)
+    else:
+        text = json.dumps(data, indent=2) + "\n"
+    p.write_text(text, encoding="utf-8")
