@@ -1,8 +1,76 @@
 """Hardware operating-point control: operating points and devices (NVML, simulated).
 
 Importing this package never touches NVML; backends load on demand.
+
+Example::
+
+    from eopt.devices import open_devices
+    gpus = open_devices()             # NVML GPUs, or the simulated A100 when none
+    gpus[0].power().power_w
 """
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from eopt.devices.operating_point import OperatingPoint
 
-__all__ = ["OperatingPoint"]
+if TYPE_CHECKING:
+    from eopt.devices.base import Device
+
+__all__ = ["SIM_ANNOUNCEMENT", "OperatingPoint", "open_devices"]
+
+SIM_ANNOUNCEMENT = "No NVIDIA GPU found: using the simulated {model} (eopt sim)."
+_BACKENDS = ("auto", "nvml", "sim")
+
+
+def open_devices(
+    backend: str = "auto",
+    indices: Sequence[int] | None = None,
+    sim_model: str = "A100-SXM4-40GB",
+    seed: int = 0,
+    control: bool = True,
+) -> list[Device]:
+    """Open GPUs through NVML, or simulated ones.
+
+    Args:
+        backend: ``"nvml"`` (real GPUs; errors without them), ``"sim"`` (simulated GPUs),
+            or ``"auto"``: NVML when it initialises and sees at least one GPU, else the
+            simulator, announced on stderr.
+        indices: GPU indices to open; all NVML GPUs (or one simulated GPU) when None.
+        sim_model: Simulated GPU model (see ``eopt.devices.sim_profiles.available_profiles``).
+        seed: Seed of the simulator's noise (GPU ``i`` uses ``[seed, i]``).
+        control: False opens measure-only devices: every setter raises, nothing changes.
+
+    Returns:
+        The devices, in the order of ``indices``. Simulated GPUs share one virtual clock.
+
+    Raises:
+        ValueError: for an unknown backend or model.
+        DeviceError: when NVML was asked for and is unavailable, or an index is out of range.
+    """
+    if backend not in _BACKENDS:
+        raise ValueError(
+            f"unknown device backend {backend!r}; choose one of {', '.join(_BACKENDS)}"
+        )
+    if backend in ("auto", "nvml"):
+        from eopt.devices import nvml
+
+        count = nvml.device_count(raise_errors=backend == "nvml")
+        if count > 0:
+            wanted = list(range(count)) if indices is None else list(indices)
+            return [nvml.NvmlGPU(i, control=control) for i in wanted]
+        if backend == "nvml":
+            from eopt.devices.base import DeviceError
+
+            raise DeviceError("NVML works but reports no GPU; use --backend sim to simulate one")
+        print(SIM_ANNOUNCEMENT.format(model=sim_model), file=sys.stderr)
+    from eopt.devices.sim import SimulatedGPU, VirtualClock
+
+    clock = VirtualClock()
+    wanted = [0] if indices is None else list(indices)
+    return [
+        SimulatedGPU(sim_model, index=i, clock=clock, seed=seed, control=control) for i in wanted
+    ]

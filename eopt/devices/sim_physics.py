@@ -1,0 +1,334 @@
+"""The physical model behind the simulated GPU: voltage, power, time and throttling.
+
+Pure functions over floats or NumPy arrays (they broadcast), so the simulator evaluates
+one kernel launch and the calibration evaluates hundreds of clocks with the same code.
+
+Model (all powers in W, clocks in MHz, times in s, temperatures in °C):
+
+* Voltage–frequency curve: a flat floor ``v_min`` up to the knee clock, then rising as
+  ``((f − knee)/(f_max − knee))**v_gamma`` to ``v_max`` at the highest clock. Voltages are
+  used relative to ``v_max`` (``v = V/V_max``).
+* Static power (the ready device, clocks running, no kernel):
+  ``p_const + p_clock·v²·f/f_max + p_leak·v**leak_v_exp·exp(leak_temp_coeff·(T − t_ref))`` —
+  board constant, clock tree, and leakage rising with voltage and temperature.
+* Dynamic power while a kernel runs: ``p_core·activity·u_c·v²·f/f_max + p_mem·mem_activity·u_m``
+  where ``u_c`` and ``u_m`` are the fractions of the kernel's time its compute and memory
+  pipes are busy (from the roofline time model below).
+* Kernel time (roofline with partial overlap): compute time ``t_c = compute_s·f_max/f``,
+  memory time ``t_m`` (independent of the SM clock), combined by a p-norm
+  ``(t_c**p + t_m**p)**(1/p)`` (p = 1: no overlap; p → ∞: the roofline max), plus a fixed
+  launch overhead.
+* Power-limit throttling: a kernel's activity is not uniform; it is modelled as ``phases``
+  equal slices of its work whose activity spreads ``±throttle_spread`` around the mean.
+  Each slice runs at the highest clock (continuous: the time average of the driver's clock
+  dithering) at which its power fits under the limit, so the average power approaches the
+  limit smoothly and the busiest slices slow down first.
+* Thermal RC: ``C·dT/dt = P − (T − t_ambient)/R``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "GpuPhysics",
+    "KernelDemand",
+    "KernelRun",
+    "kernel_run",
+    "kernel_run_arrays",
+    "leak_factor",
+    "static_power_w",
+    "steady_state_run",
+    "thermal_step_c",
+    "voltage_rel",
+]
+
+_BISECTION_STEPS = 40
+
+
+@dataclass(frozen=True)
+class GpuPhysics:
+    """Physical parameters of one GPU model (see the module docstring for the equations).
+
+    Attributes:
+        v_min: Voltage floor relative to the top voltage (0 < v_min ≤ 1).
+        knee_mhz: Clock where the voltage starts to rise above the floor, in MHz.
+        v_gamma: Shape exponent of the voltage rise above the knee.
+        p_const_w: Clock-independent board power, in W.
+        p_clock_w: Clock-tree / uncore power at top voltage and clock, in W.
+        p_leak_w: Leakage power at top voltage and ``t_ref_c``, in W.
+        leak_v_exp: Exponent of the leakage's voltage dependence.
+        leak_temp_coeff: Leakage's relative rise per kelvin, in 1/K.
+        t_ref_c: Reference temperature of ``p_leak_w``, in °C.
+        p_core_w: Dynamic core power at top voltage and clock, activity 1, in W.
+        p_mem_w: Memory-system dynamic power at full bandwidth use, in W.
+        t_ambient_c: Inlet (ambient) temperature, in °C.
+        r_thermal_k_per_w: Thermal resistance die → ambient, in K/W.
+        c_thermal_j_per_k: Heat capacity, in J/K.
+        throttle_spread: Relative spread of activity inside a kernel (power-limit model).
+        throttle_phases: Number of activity slices in the power-limit model.
+        time_jitter: Relative standard deviation of a launch's duration.
+        activity_jitter: Relative standard deviation of a launch's dynamic power.
+        sensor_noise: Relative standard deviation of a power-sensor reading.
+    """
+
+    v_min: float = 0.72
+    knee_mhz: float = 1080.0
+    v_gamma: float = 1.6
+    p_const_w: float = 30.0
+    p_clock_w: float = 30.0
+    p_leak_w: float = 80.0
+    leak_v_exp: float = 3.0
+    leak_temp_coeff: float = 0.012
+    t_ref_c: float = 60.0
+    p_core_w: float = 330.0
+    p_mem_w: float = 60.0
+    t_ambient_c: float = 30.0
+    r_thermal_k_per_w: float = 0.08
+    c_thermal_j_per_k: float = 250.0
+    throttle_spread: float = 0.25
+    throttle_phases: int = 9
+    time_jitter: float = 0.004
+    activity_jitter: float = 0.004
+    sensor_noise: float = 0.005
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "physics") -> GpuPhysics:
+        """Build from a mapping (a profile's ``physics`` section); unknown keys are errors.
+
+        Raises:
+            ValueError: naming ``where`` and the offending key.
+        """
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"{where}: unknown key(s) {unknown}; expected some of {sorted(known)}")
+        values: dict[str, Any] = {}
+        for key, value in data.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"{where}.{key}: must be a number, got {value!r}")
+            values[key] = int(value) if key == "throttle_phases" else float(value)
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain mapping of all parameters."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class KernelDemand:
+    """What one kernel invocation asks of a GPU, independent of the operating point.
+
+    Attributes:
+        compute_s: Compute-pipe time at the top SM clock, in s (scales with 1/clock).
+        memory_s: Memory time, in s (independent of the SM clock).
+        activity: Dynamic core activity while the compute pipe is busy (0–1.5).
+        mem_activity: Memory-system activity while the memory pipe is busy (0–1.5).
+        overlap_p: p-norm exponent combining compute and memory time (≥ 1).
+        launch_s: Fixed launch/tail overhead, in s.
+    """
+
+    compute_s: float
+    memory_s: float
+    activity: float = 0.8
+    mem_activity: float = 0.8
+    overlap_p: float = 3.0
+    launch_s: float = 5e-6
+
+
+@dataclass(frozen=True)
+class KernelRun:
+    """How one kernel invocation runs at a given setting and temperature.
+
+    Attributes:
+        duration_s: Wall time of the invocation, in s.
+        power_w: Its average power at the temperature it started at, in W.
+        leak_coeff_w: The part of ``power_w`` that scales with the leakage temperature
+            factor, divided by that factor (so power at temperature T is
+            ``power_w + leak_coeff_w·(g(T) − g(T0))``), in W.
+        sm_clock_mhz: Its average effective SM clock (time-weighted), in MHz.
+        throttled: Whether the power limit lowered the clock of any slice.
+    """
+
+    duration_s: float
+    power_w: float
+    leak_coeff_w: float
+    sm_clock_mhz: float
+    throttled: bool
+
+
+def voltage_rel(phys: GpuPhysics, f_mhz: Any, f_max_mhz: float) -> Any:
+    """Voltage relative to the top voltage at clock ``f_mhz`` (broadcasts)."""
+    span = max(f_max_mhz - phys.knee_mhz, 1e-9)
+    x = np.clip((np.asarray(f_mhz, dtype=float) - phys.knee_mhz) / span, 0.0, None)
+    return phys.v_min + (1.0 - phys.v_min) * x**phys.v_gamma
+
+
+def leak_factor(phys: GpuPhysics, temp_c: Any) -> Any:
+    """Leakage's temperature factor ``exp(coeff·(T − t_ref))`` (broadcasts)."""
+    return np.exp(phys.leak_temp_coeff * (np.asarray(temp_c, dtype=float) - phys.t_ref_c))
+
+
+def static_power_w(phys: GpuPhysics, f_mhz: Any, f_max_mhz: float, temp_c: Any) -> Any:
+    """The ready device's power with clocks at ``f_mhz`` and no kernel running, in W."""
+    v = voltage_rel(phys, f_mhz, f_max_mhz)
+    f_rel = np.asarray(f_mhz, dtype=float) / f_max_mhz
+    return (
+        phys.p_const_w
+        + phys.p_clock_w * v**2 * f_rel
+        + phys.p_leak_w * v**phys.leak_v_exp * leak_factor(phys, temp_c)
+    )
+
+
+def _time_and_utils(demand: KernelDemand, f_mhz: Any, f_max_mhz: float) -> tuple[Any, Any, Any]:
+    t_c = demand.compute_s * f_max_mhz / np.asarray(f_mhz, dtype=float)
+    t_m = demand.memory_s
+    p = demand.overlap_p
+    busy = (t_c**p + t_m**p) ** (1.0 / p)
+    total = busy + demand.launch_s
+    return total, t_c / total, t_m / total
+
+
+def _slice_power_w(
+    phys: GpuPhysics,
+    demand: KernelDemand,
+    activity: Any,
+    f_mhz: Any,
+    f_max_mhz: float,
+    temp_c: Any,
+) -> Any:
+    _, u_c, u_m = _time_and_utils(demand, f_mhz, f_max_mhz)
+    v = voltage_rel(phys, f_mhz, f_max_mhz)
+    f_rel = np.asarray(f_mhz, dtype=float) / f_max_mhz
+    dynamic = phys.p_core_w * activity * u_c * v**2 * f_rel
+    memory = phys.p_mem_w * demand.mem_activity * u_m
+    return static_power_w(phys, f_mhz, f_max_mhz, temp_c) + dynamic + memory
+
+
+def _slice_activities(phys: GpuPhysics, activity: float) -> np.ndarray:
+    k = max(int(phys.throttle_phases), 1)
+    z = np.linspace(-1.0, 1.0, k) if k > 1 else np.zeros(1)
+    return activity * (1.0 + phys.throttle_spread * z)
+
+
+def kernel_run_arrays(
+    phys: GpuPhysics,
+    demand: KernelDemand,
+    f_set_mhz: Any,
+    limit_w: Any,
+    temp_c: Any,
+    f_max_mhz: float,
+    f_min_mhz: float,
+) -> dict[str, np.ndarray]:
+    """Vectorised :func:`kernel_run`: arrays over settings (broadcast), for calibration.
+
+    Returns:
+        Mapping with ``duration_s``, ``power_w``, ``energy_j``, ``leak_coeff_w``,
+        ``sm_clock_mhz`` and ``throttled`` arrays of the broadcast shape.
+    """
+    f_set = np.asarray(f_set_mhz, dtype=float)[..., None]
+    limit = np.asarray(limit_w, dtype=float)[..., None]
+    temp = np.asarray(temp_c, dtype=float)[..., None]
+    acts = _slice_activities(phys, demand.activity)
+    shape = np.broadcast_shapes(f_set.shape, limit.shape, temp.shape, acts.shape)
+    f_set, limit, temp = (np.broadcast_to(a, shape) for a in (f_set, limit, temp))
+    acts = np.broadcast_to(acts, shape)
+
+    p_top = _slice_power_w(phys, demand, acts, f_set, f_max_mhz, temp)
+    over = p_top > limit
+    f_eff = f_set.copy()
+    if np.any(over):
+        # Highest clock in [f_min, f_set] whose power fits: power rises with clock.
+        lo = np.full(shape, min(f_min_mhz, float(np.min(f_set))))
+        hi = f_set.copy()
+        for _ in range(_BISECTION_STEPS):
+            mid = 0.5 * (lo + hi)
+            fits = _slice_power_w(phys, demand, acts, mid, f_max_mhz, temp) <= limit
+            lo = np.where(fits, mid, lo)
+            hi = np.where(fits, hi, mid)
+        f_eff = np.where(over, lo, f_set)
+
+    k = shape[-1]
+    t_slice, _, _ = _time_and_utils(demand, f_eff, f_max_mhz)
+    t_slice = t_slice / k
+    p_slice = _slice_power_w(phys, demand, acts, f_eff, f_max_mhz, temp)
+    v = voltage_rel(phys, f_eff, f_max_mhz)
+    duration = t_slice.sum(axis=-1)
+    energy = (p_slice * t_slice).sum(axis=-1)
+    leak = (phys.p_leak_w * v**phys.leak_v_exp * t_slice).sum(axis=-1) / duration
+    return {
+        "duration_s": duration,
+        "power_w": energy / duration,
+        "energy_j": energy,
+        "leak_coeff_w": leak,
+        "sm_clock_mhz": (f_eff * t_slice).sum(axis=-1) / duration,
+        "throttled": np.any(over, axis=-1),
+    }
+
+
+def kernel_run(
+    phys: GpuPhysics,
+    demand: KernelDemand,
+    f_set_mhz: float,
+    limit_w: float,
+    temp_c: float,
+    f_max_mhz: float,
+    f_min_mhz: float,
+) -> KernelRun:
+    """How one invocation of ``demand`` runs at clock ``f_set_mhz`` under ``limit_w``.
+
+    Args:
+        phys: The GPU's physical parameters.
+        demand: The kernel's demand.
+        f_set_mhz: Requested (locked or boost) SM clock, in MHz.
+        limit_w: Power limit, in W.
+        temp_c: Die temperature at the start, in °C.
+        f_max_mhz: The GPU's top SM clock, in MHz.
+        f_min_mhz: The lowest clock the power controller may drop to, in MHz.
+    """
+    out = kernel_run_arrays(phys, demand, f_set_mhz, limit_w, temp_c, f_max_mhz, f_min_mhz)
+    return KernelRun(
+        duration_s=float(out["duration_s"]),
+        power_w=float(out["power_w"]),
+        leak_coeff_w=float(out["leak_coeff_w"]),
+        sm_clock_mhz=float(out["sm_clock_mhz"]),
+        throttled=bool(out["throttled"]),
+    )
+
+
+def steady_state_run(
+    phys: GpuPhysics,
+    demand: KernelDemand,
+    f_set_mhz: Any,
+    limit_w: Any,
+    f_max_mhz: float,
+    f_min_mhz: float,
+    iterations: int = 8,
+) -> dict[str, np.ndarray]:
+    """The kernel run back-to-back until the temperature settles (broadcasts).
+
+    Solves ``T = t_ambient + R·P(T)`` by fixed-point iteration (a contraction: leakage's
+    temperature slope times R is far below 1).
+
+    Returns:
+        :func:`kernel_run_arrays`' mapping plus ``temp_c``.
+    """
+    temp = np.full(np.shape(np.asarray(f_set_mhz, dtype=float)), phys.t_ambient_c + 40.0)
+    out: dict[str, np.ndarray] = {}
+    for _ in range(max(iterations, 1)):
+        out = kernel_run_arrays(phys, demand, f_set_mhz, limit_w, temp, f_max_mhz, f_min_mhz)
+        temp = phys.t_ambient_c + phys.r_thermal_k_per_w * out["power_w"]
+    out["temp_c"] = temp
+    return out
+
+
+def thermal_step_c(phys: GpuPhysics, temp_c: float, power_w: float, dt_s: float) -> float:
+    """Temperature after ``dt_s`` at constant ``power_w`` (exact RC solution), in °C."""
+    t_eq = phys.t_ambient_c + phys.r_thermal_k_per_w * power_w
+    tau = phys.r_thermal_k_per_w * phys.c_thermal_j_per_k
+    return t_eq + (temp_c - t_eq) * math.exp(-dt_s / tau)

@@ -1,0 +1,162 @@
+"""GPU model profiles for the simulated GPU, kept as YAML data in ``profiles/``.
+
+A profile names the model, its SM clock table, memory clocks, power-limit range, SM count,
+peak FLOP/s, memory and link bandwidth, and its physical parameters
+(:class:`~eopt.devices.sim_physics.GpuPhysics`). ``base:`` inherits another profile and
+overrides some keys (the ``physics`` section key by key).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from eopt.devices.sim_physics import GpuPhysics
+
+__all__ = ["GpuProfile", "available_profiles", "load_profile"]
+
+_PACKAGE = "eopt.devices"
+_DIR = "profiles"
+
+
+@dataclass(frozen=True)
+class GpuProfile:
+    """One GPU model as the simulator knows it.
+
+    Attributes:
+        model: Profile name, e.g. ``A100-SXM4-40GB``.
+        nvml_name: The name NVML reports for such a board.
+        sm_clocks_mhz: Supported SM clocks, descending, in MHz.
+        mem_clocks_mhz: Supported memory clocks, descending, in MHz.
+        idle_sm_clock_mhz: SM clock of an idle GPU whose clocks are not locked, in MHz.
+        power_limit_min_w: Lowest settable power limit, in W.
+        power_limit_max_w: Highest settable power limit, in W.
+        power_limit_default_w: The board's default limit, in W.
+        sm_count: Streaming multiprocessors.
+        peak_flops: Dense BF16 tensor throughput at the top clock, in FLOP/s.
+        memory_bandwidth_bytes_per_s: Peak DRAM bandwidth, in B/s.
+        link_bandwidth_bytes_per_s: GPU-to-GPU link bandwidth, one direction, in B/s.
+        physics: Physical parameters.
+    """
+
+    model: str
+    nvml_name: str
+    sm_clocks_mhz: tuple[float, ...]
+    mem_clocks_mhz: tuple[float, ...]
+    idle_sm_clock_mhz: float
+    power_limit_min_w: float
+    power_limit_max_w: float
+    power_limit_default_w: float
+    sm_count: int
+    peak_flops: float
+    memory_bandwidth_bytes_per_s: float
+    link_bandwidth_bytes_per_s: float
+    physics: GpuPhysics
+
+    @property
+    def max_sm_clock_mhz(self) -> float:
+        """The top SM clock, in MHz."""
+        return self.sm_clocks_mhz[0]
+
+    @property
+    def min_sm_clock_mhz(self) -> float:
+        """The lowest SM clock, in MHz."""
+        return self.sm_clocks_mhz[-1]
+
+
+def _profile_files() -> dict[str, Any]:
+    root = resources.files(_PACKAGE).joinpath(_DIR)
+    return {p.name[: -len(".yaml")]: p for p in root.iterdir() if p.name.endswith(".yaml")}
+
+
+@functools.cache
+def _raw(name: str) -> dict[str, Any]:
+    files = _profile_files()
+    if name not in files:
+        raise ValueError(
+            f"unknown simulated GPU model {name!r}; available: {', '.join(available_profiles())}"
+        )
+    data = yaml.safe_load(files[name].read_text(encoding="utf-8"))
+    where = f"{_DIR}/{name}.yaml"
+    if not isinstance(data, dict) or data.get("kind") != "gpu":
+        raise ValueError(f"{where}: not a GPU profile (expected 'kind: gpu')")
+    base = data.get("base")
+    if base is None:
+        return data
+    merged = dict(_raw(str(base)))
+    physics = dict(merged.get("physics") or {})
+    physics.update(data.get("physics") or {})
+    merged.update(data)
+    merged["physics"] = physics
+    merged.pop("base", None)
+    return merged
+
+
+def available_profiles() -> list[str]:
+    """Names of the GPU models the simulator can be built as, sorted."""
+    names = []
+    for name, path in _profile_files().items():
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except yaml.YAMLError:
+            continue
+        if isinstance(data, dict) and data.get("kind") == "gpu":
+            names.append(name)
+    return sorted(names)
+
+
+def _clock_list(value: Any, where: str) -> tuple[float, ...]:
+    if isinstance(value, Mapping):
+        try:
+            lo, hi, step = float(value["min"]), float(value["max"]), float(value["step"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{where}: needs numeric min, max and step") from exc
+        count = round((hi - lo) / step)
+        clocks = [hi - i * step for i in range(count + 1)]
+    elif isinstance(value, Sequence) and not isinstance(value, str):
+        clocks = [float(v) for v in value]
+    else:
+        raise ValueError(f"{where}: expected a list of MHz or {{min, max, step}}")
+    if not clocks:
+        raise ValueError(f"{where}: empty clock list")
+    return tuple(sorted(clocks, reverse=True))
+
+
+@functools.cache
+def load_profile(name: str) -> GpuProfile:
+    """The profile called ``name`` (e.g. ``"A100-SXM4-40GB"``).
+
+    Raises:
+        ValueError: for an unknown name (listing the available ones) or a malformed file.
+    """
+    data = _raw(name)
+    where = f"{_DIR}/{name}.yaml"
+    try:
+        limits = data["power_limit_w"]
+        sm_clocks = _clock_list(data["sm_clocks_mhz"], f"{where}: sm_clocks_mhz")
+        return GpuProfile(
+            model=str(data["model"]),
+            nvml_name=str(data.get("nvml_name", f"NVIDIA {data['model']}")),
+            sm_clocks_mhz=sm_clocks,
+            mem_clocks_mhz=_clock_list(data["mem_clocks_mhz"], f"{where}: mem_clocks_mhz"),
+            idle_sm_clock_mhz=float(data.get("idle_sm_clock_mhz", sm_clocks[-1])),
+            power_limit_min_w=float(limits["min"]),
+            power_limit_max_w=float(limits["max"]),
+            power_limit_default_w=float(limits["default"]),
+            sm_count=int(data["sm_count"]),
+            peak_flops=float(data["peak_flops"]),
+            memory_bandwidth_bytes_per_s=float(data["memory_bandwidth_bytes_per_s"]),
+            link_bandwidth_bytes_per_s=float(data["link_bandwidth_bytes_per_s"]),
+            physics=GpuPhysics.from_dict(data.get("physics") or {}, f"{where}: physics"),
+        )
+    except KeyError as exc:
+        raise ValueError(f"{where}: missing key {exc.args[0]!r}") from exc
+    except (TypeError, ValueError) as exc:
+        if str(exc).startswith(where):
+            raise
+        raise ValueError(f"{where}: {exc}") from exc
