@@ -18,14 +18,21 @@ class LibraryError(ValueError):
 
 def _iter_lines(path: Path) -> Iterator[tuple[int, Signature]]:
     try:
-        handle = path.open(encoding="utf-8")
+        handle = path.open("rb")
     except FileNotFoundError:
         raise LibraryError(f"{path}: no such signature library") from None
     except OSError as exc:
         raise LibraryError(f"{path}: cannot read ({exc.strerror})") from None
     with handle:
-        for lineno, line in enumerate(handle, start=1):
-            text = line.strip()
+        for lineno, raw in enumerate(handle, start=1):
+            # Decoded per line, so a binary or mis-encoded file is reported at its line.
+            try:
+                text = raw.decode("utf-8").strip()
+            except UnicodeDecodeError:
+                raise LibraryError(
+                    f"{path}:{lineno}: not UTF-8 text; a library is a .jsonl file with one "
+                    "JSON object a line"
+                ) from None
             if not text or text.startswith("#"):
                 continue
             try:

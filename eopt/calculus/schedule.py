@@ -1,0 +1,367 @@
+"""Composing a placed schedule into one signature (paper §3.3.4, Eq. (9), Figure 2).
+
+A schedule is a set of placed elements: a signature, the device it runs on and its start
+time. :func:`compose_schedule` turns it into an operator term over ⊗, ⊕ and ⊕multi:
+
+1. On each device, elements whose intervals chain-overlap form one cluster, merged with
+   ``par``; every operand that starts after the cluster is prefixed with an idle element
+   (``ι ⊗ AR``), so all operands co-start, as ⊕ requires.
+2. Every period in which a device runs nothing becomes an idle element, including the
+   gaps before the device's first element and after its last, so each device is covered
+   from the schedule's origin to its makespan.
+3. Each device's elements are composed with ``seq`` in time order, and the devices with
+   ``par_multi``.
+
+Every instant on every device belongs to exactly one element, parallel group or idle
+element, so the composed energy is exact: Σ_dev (static draw over the makespan) + Σ d.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from eopt.calculus.operators import CompositionError, idle, par, par_multi, seq
+from eopt.calculus.signature import Signature
+
+__all__ = [
+    "Placement",
+    "PlacementFile",
+    "compose_schedule",
+    "device_timelines",
+    "read_placements",
+]
+
+# Start/end differences below this many seconds are rounding, not gaps or overlaps
+# (1 ps: far below any measurable kernel time).
+_TIME_EPS_S = 1e-12
+
+IdlePower = float | Mapping[str, float] | None
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One element placed in a schedule.
+
+    Attributes:
+        signature: The element's signature.
+        device: The device it runs on.
+        start: Start time in s, on the schedule's clock (any origin).
+    """
+
+    signature: Signature
+    device: str
+    start: float
+
+    @property
+    def end(self) -> float:
+        """End time in s: start + the signature's time."""
+        return self.start + self.signature.time
+
+
+def _as_placement(item: Any, index: int) -> Placement:
+    """Accept a :class:`Placement`, a ``(signature, device, start)`` tuple or a dict."""
+    if isinstance(item, Placement):
+        sig, device, start = item.signature, item.device, item.start
+    elif isinstance(item, Mapping):
+        missing = [k for k in ("signature", "start") if k not in item]
+        if missing:
+            raise ValueError(
+                f"placement {index}: missing key(s) {missing}; "
+                "expected {'signature': Signature, 'device': str, 'start': seconds}"
+            )
+        sig, device, start = item["signature"], item.get("device"), item["start"]
+    elif isinstance(item, Sequence) and not isinstance(item, str) and len(item) == 3:
+        sig, device, start = item
+    else:
+        raise ValueError(
+            f"placement {index}: expected (signature, device, start) or a dict with those "
+            f"keys, got {item!r}"
+        )
+    if not isinstance(sig, Signature):
+        raise ValueError(f"placement {index}: signature must be a Signature, got {sig!r}")
+    if device is None:
+        if len(sig.devices) != 1:
+            raise ValueError(
+                f"placement {index} ({sig.name!r}): no device given and the signature is on "
+                f"{list(sig.devices) or 'no device'}; give the device to run it on"
+            )
+        device = sig.devices[0]
+    if isinstance(start, bool) or not isinstance(start, (int, float)) or not math.isfinite(start):
+        raise ValueError(f"placement {index} ({sig.name!r}): start must be a finite number of s")
+    return Placement(sig.on(str(device)), str(device), float(start))
+
+
+def _gap_power(
+    device: str, idle_power: IdlePower, neighbour: Signature, available: Iterable[str]
+) -> float:
+    """Draw of an idle gap on ``device``, in W."""
+    if idle_power is None:
+        # The device stays ready at the operating point it was left in (the previous
+        # element's; the next one's before the first element).
+        return neighbour.static_power
+    if isinstance(idle_power, Mapping):
+        if device not in idle_power:
+            raise ValueError(
+                f"idle_power has no entry for device {device!r} "
+                f"(it has {sorted(available)}); give every device of the schedule a draw"
+            )
+        return float(idle_power[device])
+    return float(idle_power)
+
+
+def _clusters(placed: list[Placement]) -> list[list[Placement]]:
+    """Group a device's placements (sorted by start) into chain-overlapping clusters."""
+    clusters: list[list[Placement]] = []
+    cluster_end = -math.inf
+    for p in placed:
+        if clusters and p.start < cluster_end - _TIME_EPS_S:
+            clusters[-1].append(p)
+            cluster_end = max(cluster_end, p.end)
+        else:
+            clusters.append([p])
+            cluster_end = p.end
+    return clusters
+
+
+def _merge_cluster(device: str, cluster: list[Placement]) -> Signature:
+    """One cluster as an element: a single placement, or ⊕ of idle-prefixed operands."""
+    if len(cluster) == 1:
+        return cluster[0].signature
+    t0 = cluster[0].start
+    base = cluster[0].signature
+    operands: list[Signature] = []
+    for p in cluster:
+        if not math.isclose(p.signature.static_power, base.static_power, rel_tol=1e-9):
+            raise CompositionError(
+                f"device {device!r}: {base.name!r} [{t0:g}, {cluster[0].end:g}] s at "
+                f"{base.static_power:g} W overlaps {p.signature.name!r} "
+                f"[{p.start:g}, {p.end:g}] s at {p.signature.static_power:g} W; elements "
+                "that overlap on one device share its device-wide operating point, so give "
+                "them signatures with the same static power (or move them apart)"
+            )
+        lead = p.start - t0
+        if lead > _TIME_EPS_S:
+            # The prefix only shifts the operand's start inside the group; the device is
+            # busy, so it draws the group's static power, which ⊕ counts once anyway.
+            operands.append(seq(idle(lead, p.signature.static_power, device), p.signature))
+        else:
+            operands.append(p.signature)
+    return par(operands)
+
+
+def device_timelines(
+    placements: Iterable[Any],
+) -> dict[str, list[list[Placement]]]:
+    """Placements grouped by device (first-seen order), each as time-ordered clusters.
+
+    A cluster is a maximal run of placements whose intervals chain-overlap; a single
+    element is a cluster of one.
+    """
+    items = [_as_placement(item, i) for i, item in enumerate(placements)]
+    by_device: dict[str, list[Placement]] = {}
+    for p in items:
+        by_device.setdefault(p.device, []).append(p)
+    # Stable sort: co-starting elements keep the order they were given in.
+    return {d: _clusters(sorted(ps, key=lambda p: p.start)) for d, ps in by_device.items()}
+
+
+def compose_schedule(
+    placements: Iterable[Any],
+    idle_power: IdlePower = None,
+    name: str = "schedule",
+) -> Signature:
+    """Compose a schedule of placed elements into one signature (paper §3.3.4).
+
+    Same-device overlaps merge with ``par`` (later starters idle-prefixed), every gap and
+    the time before a device's first and after its last element become idle elements, each
+    device is composed with ``seq`` and the devices with ``par_multi``. The result's
+    ``.term`` is the operator expression, e.g. for Figure 2 of the paper::
+
+        ((F1 ⊗ F2 ⊗ ι ⊗ B1 ⊗ ι ⊗ (B2 ⊕ (ι ⊗ AR))) ⊕multi (ι ⊗ F1 ⊗ … ⊗ ι))
+
+    Assumptions:
+        The context-independent algebra: each element keeps its signature wherever it is
+        placed. The schedule's origin is the earliest start over all placements, its end
+        the latest end; every device that appears is held over that whole span.
+
+    Args:
+        placements: ``Placement`` objects, ``(signature, device, start)`` tuples or dicts
+            with keys ``signature``, ``device`` (optional when the signature sits on one
+            device) and ``start`` (s).
+        idle_power: Draw of idle gaps in W: ``None`` for the static power of the element
+            before the gap (after it, for a leading gap), one value for every device, or
+            a mapping device → W (which must name every device).
+        name: Name of the composite signature.
+
+    Returns:
+        The composite signature; ``.devices`` lists the devices in first-seen order.
+
+    Raises:
+        CompositionError: when elements that overlap on one device have different
+            static powers.
+        ValueError: for malformed placements or an ``idle_power`` mapping that misses a
+            device.
+
+    Example:
+        >>> from eopt.calculus import Signature
+        >>> a = Signature("a", static_power=50.0, time=2.0, dynamic_energy=10.0)
+        >>> b = Signature("b", static_power=50.0, time=1.0, dynamic_energy=4.0)
+        >>> s = compose_schedule([(a, "gpu0", 0.0), (b, "gpu1", 0.5)])
+        >>> s.term, s.energy  # 2 devices x 50 W x 2 s + 14 J
+        ('(a ⊕multi (ι ⊗ b ⊗ ι))', 214.0)
+    """
+    timelines = device_timelines(placements)
+    if not timelines:
+        raise ValueError("compose_schedule needs at least one placed element")
+    origin = min(c[0].start for clusters in timelines.values() for c in clusters)
+    horizon = max(p.end for clusters in timelines.values() for c in clusters for p in c)
+    per_device: list[Signature] = []
+    for device, clusters in timelines.items():
+        parts: list[Signature] = []
+        cursor = origin
+        previous: Signature | None = None
+        for cluster in clusters:
+            merged = _merge_cluster(device, cluster)
+            gap = cluster[0].start - cursor
+            if gap > _TIME_EPS_S:
+                draw = _gap_power(device, idle_power, previous or merged, timelines)
+                parts.append(idle(gap, draw, device))
+            parts.append(merged)
+            cursor = max(cursor, max(p.end for p in cluster))
+            previous = merged
+        tail = horizon - cursor
+        if tail > _TIME_EPS_S and previous is not None:
+            parts.append(idle(tail, _gap_power(device, idle_power, previous, timelines), device))
+        per_device.append(seq(parts, name=f"{name}@{device}"))
+    return par_multi(per_device, idle_power=idle_power, name=name)
+
+
+# Placement files ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PlacementFile:
+    """A placements file read against a library.
+
+    Attributes:
+        placements: The placed signatures.
+        idle_power: The file's ``idle_power`` (None when absent).
+        source: The file's path.
+    """
+
+    placements: tuple[Placement, ...]
+    idle_power: float | dict[str, float] | None
+    source: str
+
+
+_PLACEMENT_KEYS = {"element", "device", "start"}
+
+
+def _item_lines(text: str) -> list[int]:
+    """1-based line of each placement in the file, best effort (empty when unknown)."""
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError:
+        return []
+    if isinstance(root, yaml.MappingNode):
+        root = next((v for k, v in root.value if getattr(k, "value", None) == "placements"), None)
+    if not isinstance(root, yaml.SequenceNode):
+        return []
+    return [item.start_mark.line + 1 for item in root.value]
+
+
+def read_placements(path: str | os.PathLike[str], library: Iterable[Signature]) -> PlacementFile:
+    """Read a placements file (YAML or JSON) and look its elements up in ``library``.
+
+    The file is either a list of placements or a mapping with ``placements`` and an
+    optional ``idle_power`` (W, or a mapping device → W). Each placement has ``element``
+    (a name with an optional selector, e.g. ``gemm[impl=cutlass]``), ``device`` and
+    ``start`` (s, or a string with a unit such as ``1.5ms``)::
+
+        idle_power: 60W
+        placements:
+          - {element: F1, device: gpu1, start: 0}
+          - {element: AR, device: gpu1, start: 8ms}
+
+    When several signatures share a name, those on the placement's device are preferred.
+
+    Raises:
+        ValueError: naming the file, the placement (index and line) and the fix.
+    """
+    # Imported here: expression imports this module's siblings, not the other way round.
+    from eopt.calculus.expression import resolve_element
+    from eopt.calculus.units import parse_power_w, parse_time_s
+
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ValueError(f"{source}: no such placements file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{source}: cannot read ({exc})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ValueError(f"{source}{where}: not valid YAML/JSON ({problem})") from None
+    idle_raw: Any = None
+    if isinstance(data, Mapping):
+        unknown = sorted(set(data) - {"placements", "idle_power", "schema"})
+        if unknown:
+            raise ValueError(
+                f"{source}: unknown key(s) {unknown}; expected 'placements' and optionally "
+                "'idle_power'"
+            )
+        idle_raw = data.get("idle_power")
+        data = data.get("placements")
+    if not isinstance(data, list) or not data:
+        raise ValueError(
+            f"{source}: expected a non-empty list of placements "
+            "({element: NAME, device: DEV, start: SECONDS}), directly or under 'placements'"
+        )
+    idle_power: float | dict[str, float] | None = None
+    if isinstance(idle_raw, Mapping):
+        idle_power = {
+            str(dev): parse_power_w(w, f"{source}: idle_power[{dev}]")
+            for dev, w in idle_raw.items()
+        }
+    elif idle_raw is not None:
+        idle_power = parse_power_w(idle_raw, f"{source}: idle_power")
+    lines = _item_lines(text)
+    placements: list[Placement] = []
+    for i, item in enumerate(data):
+        line = f":{lines[i]}" if i < len(lines) else ""
+        where = f"{source}{line}: placement {i + 1}"
+        if not isinstance(item, Mapping):
+            raise ValueError(
+                f"{where}: expected a mapping {{element, device, start}}, got {item!r}"
+            )
+        unknown = sorted(set(item) - _PLACEMENT_KEYS)
+        missing = sorted(k for k in ("element", "start") if k not in item)
+        if unknown or missing:
+            problem = f"unknown key(s) {unknown}" if unknown else f"missing key(s) {missing}"
+            raise ValueError(f"{where}: {problem}; each placement has element, device and start")
+        ref = str(item["element"])
+        where = f"{where} ({ref})"
+        device = None if item.get("device") is None else str(item["device"])
+        try:
+            sig = resolve_element(ref, library, device)
+            start = parse_time_s(item["start"], "start")
+            if device is None:
+                if len(sig.devices) != 1:
+                    raise ValueError(
+                        f"no device given and the signature is on {list(sig.devices)}; "
+                        "add 'device: NAME'"
+                    )
+                device = sig.devices[0]
+            placements.append(Placement(sig.on(device), device, start))
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+    return PlacementFile(tuple(placements), idle_power, source)

@@ -1,0 +1,239 @@
+"""``eopt compose``: compose library signatures along an expression or a schedule."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.markup import escape
+from rich.table import Table
+
+from eopt.calculus.expression import ExpressionError, expression_bias, parse_expression
+from eopt.calculus.expression import evaluate as evaluate_expression
+from eopt.calculus.library import Library, LibraryError
+from eopt.calculus.operators import CompositionError
+from eopt.calculus.schedule import compose_schedule, read_placements
+from eopt.calculus.signature import Signature
+from eopt.calculus.uncertainty import (
+    BiasBound,
+    DeviationResult,
+    deviation_test,
+    prediction_interval,
+)
+from eopt.calculus.units import parse_power_w
+from eopt.cli._common import UserError, console, write_json
+
+__all__ = ["command"]
+
+
+def _parse_idle_power(text: str | None) -> float | dict[str, float] | None:
+    """``60W`` → 60.0; ``gpu0=55W,gpu1=60`` → a mapping device → W."""
+    if text is None:
+        return None
+    if "=" not in text:
+        return parse_power_w(text, "--idle-power")
+    out: dict[str, float] = {}
+    for part in text.split(","):
+        device, sep, value = part.partition("=")
+        if not sep or not device.strip():
+            raise click.BadParameter(
+                f"{part!r} is not DEVICE=WATTS (e.g. gpu0=55W,gpu1=60W)", param_hint="--idle-power"
+            )
+        out[device.strip()] = parse_power_w(value, f"--idle-power {device.strip()}")
+    return out
+
+
+def _parse_measured(text: str | None) -> tuple[float, float] | None:
+    """``3.4`` or ``3.4±0.05`` or ``3.4+-0.05`` (J) → (E, σ)."""
+    if text is None:
+        return None
+    raw = text.replace("+-", "±").replace("+/-", "±")
+    energy, _, std = raw.partition("±")
+    try:
+        value = float(energy.strip().removesuffix("J").strip())
+        sigma = float(std.strip().removesuffix("J").strip()) if std.strip() else 0.0
+    except ValueError:
+        raise click.BadParameter(
+            f"{text!r} is not an energy like 3.4 or 3.4±0.05 (J)", param_hint="--measured"
+        ) from None
+    if sigma < 0:
+        raise click.BadParameter("the standard deviation must be ≥ 0", param_hint="--measured")
+    return value, sigma
+
+
+def _report(
+    sig: Signature,
+    confidence: float,
+    bias: BiasBound | None,
+    deviation: DeviationResult | None,
+) -> dict[str, Any]:
+    interval = prediction_interval(sig, confidence)
+    out: dict[str, Any] = {
+        "schema": "eopt.composition/1",
+        "term": sig.term,
+        "energy_j": sig.energy,
+        "std_energy_j": sig.std_energy,
+        "interval_j": {"low": interval.low, "high": interval.high, "confidence": confidence},
+        "static_energy_j": sig.static_energy,
+        "dynamic_energy_j": sig.dynamic_energy,
+        "static_power_w": sig.static_power,
+        "time_s": sig.time,
+        "std_time_s": sig.std_time,
+        "devices": list(sig.devices),
+    }
+    if bias is not None:
+        total = bias.total_interval(sig)
+        out["reduction_bias_j"] = bias.bias
+        out["interval_with_bias_j"] = {"low": total.low, "high": total.high}
+    if deviation is not None:
+        out["deviation_test"] = {
+            "passed": deviation.passed,
+            "deviation_j": deviation.deviation,
+            "threshold_j": deviation.threshold,
+            "z": deviation.z,
+        }
+    out["signature"] = sig.to_dict()
+    return out
+
+
+def _fmt_time(seconds: float) -> str:
+    """A duration in the unit that reads best (s, ms or µs)."""
+    if seconds >= 1.0 or seconds == 0.0:
+        return f"{seconds:.6g} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.6g} ms"
+    return f"{seconds * 1e6:.6g} µs"
+
+
+def _print(data: dict[str, Any], confidence: float) -> None:
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    e, lo, hi = data["energy_j"], data["interval_j"]["low"], data["interval_j"]["high"]
+    static = data["static_energy_j"]
+    table.add_row("term", escape(data["term"]))
+    table.add_row(
+        "energy",
+        f"{e:.6g} J ± {data['std_energy_j']:.3g} J  "
+        f"({confidence:.0%} interval {lo:.6g} – {hi:.6g} J)",
+    )
+    share = static / e if e > 0 else 0.0
+    table.add_row(
+        "static",
+        f"{static:.6g} J  ({share:.1%}; {data['static_power_w']:.4g} W over "
+        f"{_fmt_time(data['time_s'])})",
+    )
+    table.add_row("dynamic", f"{data['dynamic_energy_j']:.6g} J")
+    table.add_row("time", f"{_fmt_time(data['time_s'])} ± {_fmt_time(data['std_time_s'])}")
+    if data["devices"]:
+        table.add_row("devices", escape(", ".join(data["devices"])))
+    if "reduction_bias_j" in data:
+        total = data["interval_with_bias_j"]
+        table.add_row(
+            "bias bound",
+            f"{data['reduction_bias_j']:.3g} J (Reduction Theorem; with it "
+            f"{total['low']:.6g} – {total['high']:.6g} J)",
+        )
+    if "deviation_test" in data:
+        t = data["deviation_test"]
+        verdict = "[green]agrees[/]" if t["passed"] else "[bold red]deviates[/]"
+        table.add_row(
+            "measured",
+            f"{verdict}: |ΔE| = {t['deviation_j']:.4g} J vs {t['threshold_j']:.4g} J "
+            f"(z = {t['z']:.3g})",
+        )
+    console.print(table, highlight=False)
+
+
+@click.command("compose")
+@click.argument("args", nargs=-1, required=True, metavar="LIB.jsonl... [EXPR]")
+@click.option(
+    "--schedule",
+    "schedule_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Placements file (YAML/JSON list of {element, device, start}) instead of EXPR.",
+)
+@click.option(
+    "--idle-power",
+    "idle_power_text",
+    metavar="W|DEV=W,...",
+    help="Draw of idle gaps and padding (default: each device's static power).",
+)
+@click.option(
+    "--confidence",
+    default=0.95,
+    show_default=True,
+    type=click.FloatRange(0.0, 1.0, min_open=True, max_open=True),
+    help="Confidence of the printed interval.",
+)
+@click.option(
+    "--measured",
+    metavar="J[±σ]",
+    help="A direct measurement of the same composition: runs the deviation test (Eq. 23).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
+def command(
+    args: tuple[str, ...],
+    schedule_file: Path | None,
+    idle_power_text: str | None,
+    confidence: float,
+    measured: str | None,
+    as_json: bool,
+) -> None:
+    """Compose signatures from libraries along EXPR or a placed schedule.
+
+    EXPR uses seq/par/par_multi (or ⊗ ⊕ ⊕multi, or >> | ||); a name may carry a
+    selector when the library holds it at several κ or ω, e.g. gemm[impl=cutlass].
+    Prints the total energy with its interval, the static/dynamic split, the time and
+    the operator term.
+
+    \b
+    Examples:
+      eopt compose examples/attention.jsonl "seq(prefix, par(compute, allreduce))"
+      eopt compose examples/attention.jsonl "prefix >> (compute | allreduce)" --json
+      eopt compose examples/figure2_library.jsonl --schedule examples/figure2_schedule.yaml
+      eopt compose lib.jsonl "gemm[impl=cutlass,sm_clock_mhz=1200] ⊗ idle(2ms, 60W)"
+    """
+    if schedule_file is None:
+        if len(args) < 2:
+            raise UserError(
+                "give at least one library and an expression, e.g. "
+                'eopt compose lib.jsonl "seq(a, par(b, c))", or use --schedule FILE'
+            )
+        libraries, expression = list(args[:-1]), args[-1]
+    else:
+        libraries, expression = list(args), None
+    measured_value = _parse_measured(measured)
+    try:
+        idle_power = _parse_idle_power(idle_power_text)
+        library = Library.load(*libraries)
+        if not len(library):
+            raise UserError(f"no signatures in {', '.join(libraries)}")
+        bias: BiasBound | None = None
+        if expression is not None:
+            if expression.endswith(".jsonl") and Path(expression).exists():
+                raise UserError(
+                    f"{expression} looks like a library, not an expression; add the "
+                    'expression last, e.g. "seq(a, b)", or use --schedule FILE'
+                )
+            tree = parse_expression(expression)
+            sig = evaluate_expression(tree, library, expression, idle_power)
+            bias = expression_bias(tree, library, confidence)
+        else:
+            assert schedule_file is not None
+            placements = read_placements(schedule_file, library)
+            if idle_power is None:
+                idle_power = placements.idle_power
+            try:
+                sig = compose_schedule(placements.placements, idle_power)
+            except (CompositionError, ValueError) as exc:
+                raise UserError(escape(f"{schedule_file}: {exc}")) from None
+    except (ExpressionError, LibraryError, ValueError) as exc:
+        raise UserError(escape(str(exc))) from None
+    deviation = deviation_test(sig, measured_value, confidence) if measured_value else None
+    data = _report(sig, confidence, bias, deviation)
+    if as_json:
+        write_json("-", data)
+    else:
+        _print(data, confidence)
