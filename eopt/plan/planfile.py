@@ -419,7 +419,23 @@ def write_plan(path: str | os.PathLike[str], plan: Plan) -> None:
     p = Path(path)
     data = plan.to_dict()
     if p.suffix.lower() in (".yaml", ".yml"):
-        text = yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100)
+        text = _to_yaml(data)
     else:
         text = json.dumps(data, indent=2) + "\n"
     p.write_text(text, encoding="utf-8")
+
+
+def _to_yaml(data: Mapping[str, Any]) -> str:
+    """YAML with one line per device, element and group (readable and diff-friendly)."""
+    lines = []
+    for key, value in data.items():
+        if key in ("devices", "elements", "groups") and isinstance(value, list):
+            lines.append(f"{key}:")
+            lines.extend(f"  - {_flow(item)}" for item in value)
+        else:
+            lines.append(yaml.safe_dump({key: value}, sort_keys=False, width=1000).rstrip("\n"))
+    return "\n".join(lines) + "\n"
+
+
+def _flow(item: Any) -> str:
+    return yaml.safe_dump(item, default_flow_style=True, sort_keys=False, width=10**6).strip()
