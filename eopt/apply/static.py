@@ -1,0 +1,159 @@
+"""Static application of a schedule: one lock per GPU for the whole run.
+
+Where every element on a device shares one device-wide operating point, locking the
+clocks / setting the power limit once realizes the schedule. Devices that need several
+settings are reported: they need the runtime controller
+(:class:`eopt.apply.controller.RuntimeController`).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+
+from eopt.apply.guard import device_guard
+from eopt.apply.settings import (
+    ApplyError,
+    DevicePlan,
+    check_setting,
+    device_plans,
+    nvml_calls,
+    resolve_gpu_map,
+)
+from eopt.devices.base import Device
+from eopt.plan.schedule import Schedule
+
+__all__ = ["ApplyPlan", "apply_locked", "plan_apply", "run_with_settings"]
+
+GuardFactory = Callable[..., AbstractContextManager[object]]
+
+
+@dataclass(frozen=True)
+class ApplyPlan:
+    """What applying a schedule does to each GPU.
+
+    Attributes:
+        devices: One entry per plan device, in schedule order.
+    """
+
+    devices: tuple[DevicePlan, ...]
+
+    @property
+    def static(self) -> list[DevicePlan]:
+        """Devices served by one lock (and that change something)."""
+        return [p for p in self.devices if p.is_static and p.changes_anything()]
+
+    @property
+    def dynamic(self) -> list[DevicePlan]:
+        """Devices that need the runtime controller (several settings)."""
+        return [p for p in self.devices if not p.is_static]
+
+    def lines(self) -> list[str]:
+        """Human-readable plan: each NVML call with its values, per GPU.
+
+        Static devices list the calls made once; devices with several settings list the
+        calls the runtime controller makes on each switch.
+        """
+        out: list[str] = []
+        for plan in self.devices:
+            head = f"{plan.device} → gpu{plan.gpu}"
+            if not plan.changes_anything():
+                out.append(f"{head}: no clock or power-limit setting in the schedule; unchanged")
+            elif plan.is_static:
+                point = plan.settings[0]
+                out.append(f"{head}: lock {point.label()} for the whole run")
+                out.extend(f"  {call}" for call in nvml_calls(plan.gpu, point))
+            else:
+                labels = ", ".join(p.label() for p in plan.settings)
+                out.append(
+                    f"{head}: {len(plan.settings)} settings ({labels}): needs the runtime "
+                    "controller (eopt.apply.RuntimeController, see docs/pytorch.md); "
+                    "`eopt apply` leaves this GPU unchanged"
+                )
+                for point, users in zip(plan.settings, plan.users, strict=True):
+                    out.append(f"  on switch to {point.label()} ({len(users)} elements):")
+                    out.extend(f"    {call}" for call in nvml_calls(plan.gpu, point))
+        return out
+
+
+def plan_apply(
+    schedule: Schedule,
+    devices: Mapping[str, Device] | None = None,
+    gpu_map: Mapping[str, int] | None = None,
+) -> ApplyPlan:
+    """Work out (and, given ``devices``, check) what applying ``schedule`` changes.
+
+    Args:
+        schedule: The solved schedule.
+        devices: Plan device → opened GPU; when given, every setting is checked against
+            the GPU's supported clocks and power-limit range.
+        gpu_map: Plan device → GPU index overrides (``--gpu``).
+
+    Raises:
+        ApplyError: a bad mapping, or a setting a GPU does not support (naming the
+            element, the value and the supported range).
+    """
+    mapping = resolve_gpu_map(schedule, gpu_map)
+    plans = device_plans(schedule, mapping)
+    if devices is not None:
+        for plan in plans:
+            device = devices.get(plan.device)
+            if device is None:
+                raise ApplyError(f"no GPU opened for plan device {plan.device!r}")
+            for point, users in zip(plan.settings, plan.users, strict=True):
+                check_setting(device, point, plan_device=plan.device, elements=users)
+    return ApplyPlan(devices=tuple(plans))
+
+
+def apply_locked(
+    plan: ApplyPlan,
+    devices: Mapping[str, Device],
+    *,
+    guard: GuardFactory = device_guard,
+) -> list[str]:
+    """Lock the static devices at their setting and keep them until ``eopt reset``.
+
+    The guard saves the original state to disk first (for ``eopt reset``); a failure
+    part-way restores what was already changed.
+
+    Returns:
+        The plan devices that were changed.
+    """
+    targets = plan.static
+    if not targets:
+        return []
+    with guard([devices[p.device] for p in targets], keep=True):
+        for p in targets:
+            devices[p.device].set_operating_point(p.settings[0])
+    return [p.device for p in targets]
+
+
+def run_with_settings(
+    plan: ApplyPlan,
+    devices: Mapping[str, Device],
+    command: Sequence[str],
+    *,
+    guard: GuardFactory = device_guard,
+) -> int:
+    """Lock the static devices, run ``command``, restore them however it ends.
+
+    Returns:
+        The command's exit status.
+
+    Raises:
+        ApplyError: when the command cannot be started.
+    """
+    if not command:
+        raise ApplyError("--until-exit needs a command after `--`, e.g. -- python train.py")
+    targets = plan.static
+    with guard([devices[p.device] for p in targets], keep=False):
+        for p in targets:
+            devices[p.device].set_operating_point(p.settings[0])
+        try:
+            return subprocess.call(list(command))
+        except FileNotFoundError:
+            raise ApplyError(f"command not found: {command[0]!r}") from None
+        except PermissionError:
+            raise ApplyError(f"command is not executable: {command[0]!r}") from None

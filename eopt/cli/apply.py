@@ -1,0 +1,145 @@
+"""``eopt apply``: put a schedule's clocks and power limits on the GPUs."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from eopt.cli._common import UserError, console, err_console
+
+__all__ = ["command"]
+
+
+@click.command("apply", context_settings={"ignore_unknown_options": False})
+@click.argument("schedule_path", metavar="SCHEDULE.json", type=click.Path(dir_okay=False))
+@click.argument("cmd", nargs=-1, type=click.UNPROCESSED, metavar="[-- CMD ...]")
+@click.option(
+    "--gpu",
+    "gpu_pairs",
+    multiple=True,
+    metavar="PLANDEV=INDEX",
+    help="Map a plan device to a GPU index (repeatable). Default: the schedule's gpu "
+    "fields, else plan devices in order on GPUs 0, 1, …",
+)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print every NVML call with its values and check them against the GPUs; change nothing.",
+)
+@click.option(
+    "--until-exit",
+    is_flag=True,
+    help="Apply, run the command given after `--`, then restore (instead of keeping the "
+    "settings until `eopt reset`).",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["auto", "nvml", "sim"]),
+    default="auto",
+    show_default=True,
+    help="GPUs through NVML, or the simulated GPU (auto: NVML when a GPU is present).",
+)
+@click.option(
+    "--sim-model",
+    default="A100-SXM4-40GB",
+    show_default=True,
+    help="Model of the simulated GPU (when the simulator is used).",
+)
+def command(
+    schedule_path: str,
+    cmd: tuple[str, ...],
+    gpu_pairs: tuple[str, ...],
+    dry_run: bool,
+    until_exit: bool,
+    backend: str,
+    sim_model: str,
+) -> None:
+    """Set the clocks / power limits of a schedule through NVML.
+
+    Where every element on a GPU runs at one setting, the GPU's clocks are locked (and
+    its power limit set) once and kept until `eopt reset`, or with --until-exit only
+    while the given command runs. Where a GPU needs several settings, the schedule
+    needs the runtime controller (eopt.apply.RuntimeController, see docs/pytorch.md);
+    `eopt apply` says so and leaves that GPU unchanged.
+
+    Every value is checked against the GPU's supported clocks and power-limit range
+    before anything changes.
+
+    \b
+    Examples:
+      eopt apply schedule.json --dry-run
+      eopt apply schedule.json --gpu stage0=0 --gpu stage1=1
+      eopt apply schedule.json --until-exit -- python train.py --epochs 1
+      eopt reset                       # undo a kept apply
+    """
+    from eopt.apply import ApplyError, apply_locked, parse_gpu_map, plan_apply, run_with_settings
+    from eopt.apply.settings import resolve_gpu_map
+    from eopt.devices import open_devices
+    from eopt.plan.schedule import read_schedule
+
+    if cmd and not until_exit:
+        raise UserError(
+            f"unexpected command {' '.join(cmd)!r}: add --until-exit to run a command "
+            "with the settings applied"
+        )
+    if until_exit and not cmd and not dry_run:
+        raise UserError("--until-exit needs a command after `--`, e.g. -- python train.py")
+    try:
+        schedule = read_schedule(schedule_path)
+        gpu_map = resolve_gpu_map(schedule, parse_gpu_map(gpu_pairs))
+    except ApplyError as exc:
+        raise UserError(str(exc)) from None
+    names = [d.name for d in schedule.devices]
+    opened = open_devices(
+        backend=backend,
+        indices=[gpu_map[n] for n in names],
+        sim_model=sim_model,
+        control=not dry_run,
+    )
+    devices = dict(zip(names, opened, strict=True))
+    simulated = _is_simulated(opened)
+    if simulated and backend == "sim":
+        err_console.print(f"Using the simulated {sim_model} (eopt sim).", highlight=False)
+    try:
+        plan = plan_apply(schedule, devices, gpu_map)
+    except ApplyError as exc:
+        raise UserError(str(exc)) from None
+
+    where = f"the simulated {opened[0].model}" if simulated else "the GPUs (NVML)"
+    if dry_run:
+        console.print(f"[bold]Dry run[/] — checked against {where}; nothing changes.")
+    for line in plan.lines():
+        console.print(line, highlight=False, markup=False)
+    if dry_run:
+        console.print(
+            f"All settings are within the supported clocks and power-limit range of {where}.",
+            highlight=False,
+        )
+        return
+    if simulated:
+        err_console.print(
+            "[yellow]note:[/] the simulated GPU lives in this process only: the settings are "
+            "checked and applied to the simulation, and nothing persists.",
+            highlight=False,
+        )
+    if until_exit:
+        status = run_with_settings(plan, devices, cmd)
+        console.print(f"Command exited with status {status}; GPU settings restored.")
+        sys.exit(status)
+    if simulated:
+        return
+    changed = apply_locked(plan, devices)
+    if changed:
+        console.print(
+            f"Applied to {', '.join(changed)}; kept until you run [bold]eopt reset[/].",
+            highlight=False,
+        )
+    else:
+        console.print("Nothing to lock (no device runs at a single setting).")
+
+
+def _is_simulated(devices: list[object]) -> bool:
+    from eopt.devices.sim import SimulatedGPU
+
+    return any(isinstance(d, SimulatedGPU) for d in devices)

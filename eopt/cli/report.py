@@ -1,0 +1,106 @@
+"""``eopt report``: one standalone offline HTML file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from eopt.cli._common import UserError, console
+
+__all__ = ["command"]
+
+
+@click.command("report")
+@click.option(
+    "--library",
+    "libraries",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    metavar="LIB.jsonl",
+    help="Signature library: element frontier plots (repeatable).",
+)
+@click.option(
+    "--schedule",
+    "schedule_path",
+    type=click.Path(dir_okay=False),
+    metavar="S.json",
+    help="Schedule: Gantt chart, energy breakdown, savings, chosen point.",
+)
+@click.option(
+    "--frontier",
+    "frontier_path",
+    type=click.Path(dir_okay=False),
+    metavar="F.csv",
+    help="Frontier table from `eopt solve --frontier` or `eopt frontier --csv`.",
+)
+@click.option(
+    "--measurement",
+    "measurement_path",
+    type=click.Path(dir_okay=False),
+    metavar="M.json",
+    help="Measured run from `eopt measure --json`: regions, power.",
+)
+@click.option(
+    "--perfetto",
+    "perfetto_path",
+    type=click.Path(dir_okay=False),
+    metavar="T.json",
+    help="Also write a Perfetto / Chrome trace of the schedule and measurement.",
+)
+@click.option("--title", default="eopt report", show_default=True, help="Page title.")
+@click.option(
+    "-o",
+    "--output",
+    default="report.html",
+    show_default=True,
+    type=click.Path(dir_okay=False),
+    help="HTML file to write.",
+)
+def command(
+    libraries: tuple[str, ...],
+    schedule_path: str | None,
+    frontier_path: str | None,
+    measurement_path: str | None,
+    perfetto_path: str | None,
+    title: str,
+    output: str,
+) -> None:
+    """Write a standalone HTML report (inline CSS and SVG; opens offline).
+
+    \b
+    Examples:
+      eopt report --schedule schedule.json --frontier frontier.csv -o report.html
+      eopt report --library gemm.jsonl -o gemm.html
+      eopt report --measurement run.json --perfetto run.trace.json -o run.html
+    """
+    from eopt.calculus.library import read_library
+    from eopt.plan.schedule import read_schedule
+    from eopt.report import read_frontier_csv, read_measurement, write_report, write_trace
+
+    if not (libraries or schedule_path or frontier_path or measurement_path):
+        raise UserError(
+            "nothing to report: give --schedule, --library, --frontier and/or --measurement"
+        )
+    schedule = read_schedule(schedule_path) if schedule_path else None
+    library = [sig for path in libraries for sig in read_library(path)]
+    frontier = read_frontier_csv(frontier_path) if frontier_path else None
+    measurement = read_measurement(measurement_path) if measurement_path else None
+    sources = [p for p in (*libraries, schedule_path, frontier_path, measurement_path) if p]
+    target = write_report(
+        output,
+        schedule=schedule,
+        library=library,
+        frontier=frontier,
+        measurement=measurement,
+        title=title,
+        sources=[Path(s).name for s in sources],
+    )
+    console.print(f"Report written to [bold]{target}[/]", highlight=False)
+    if perfetto_path:
+        if schedule is None and measurement is None:
+            raise UserError("--perfetto needs --schedule or --measurement to trace")
+        trace = write_trace(perfetto_path, schedule, measurement)
+        console.print(
+            f"Trace written to [bold]{trace}[/] (open at ui.perfetto.dev)", highlight=False
+        )

@@ -1,0 +1,303 @@
+"""The report's charts as inline SVG: frontiers, the schedule's Gantt chart, energy
+breakdown and power traces.
+
+Each function takes plain data and returns one ``<svg>`` element as a string.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from eopt.plan.schedule import Schedule, ScheduledElement
+from eopt.report.svg import (
+    MARGIN,
+    Scale,
+    clock_colors,
+    esc,
+    fmt_num,
+    nice_ticks,
+    svg_axes,
+    svg_open,
+    text_color,
+)
+
+__all__ = [
+    "PlotPoint",
+    "breakdown_svg",
+    "frontier_svg",
+    "gantt_svg",
+    "power_trace_svg",
+    "setting_key",
+]
+
+
+@dataclass(frozen=True)
+class PlotPoint:
+    """A point of a time–energy plot.
+
+    Attributes:
+        time_s: x, in s.
+        energy_j: y, in J.
+        low_j: Lower end of the energy's uncertainty bar (None: no bar).
+        high_j: Upper end of the bar.
+        label: Tooltip text.
+        kind: ``frontier`` (on the Pareto frontier), ``dominated``, ``chosen``,
+            ``baseline`` or ``bound`` (a certified lower bound).
+    """
+
+    time_s: float
+    energy_j: float
+    low_j: float | None = None
+    high_j: float | None = None
+    label: str = ""
+    kind: str = "frontier"
+
+
+def frontier_svg(
+    points: Sequence[PlotPoint],
+    title: str,
+    *,
+    width: float = 640,
+    height: float = 360,
+    time_unit: str = "s",
+) -> str:
+    """Time–energy plot: the frontier as a step line through its points, uncertainty
+    bars, dominated points grey, the chosen point and the baseline marked."""
+    scale_t = 1e3 if time_unit == "ms" else 1.0
+    left, right, top, bottom = MARGIN
+    values_y = [p.energy_j for p in points]
+    values_y += [p.low_j for p in points if p.low_j is not None]
+    values_y += [p.high_j for p in points if p.high_j is not None]
+    x = Scale.fit([p.time_s * scale_t for p in points], left, width - right)
+    y = Scale.fit(values_y, height - bottom, top)
+    out = [svg_open(width, height, title, "chart frontier")]
+    out.append(f"<title>{esc(title)}</title>")
+    out.append(svg_axes(x, y, f"time ({time_unit})", "energy (J)", height))
+    frontier = sorted((p for p in points if p.kind == "frontier"), key=lambda p: p.time_s)
+    if len(frontier) > 1:
+        # Staircase: between two frontier points the better energy is only reached
+        # at the later time, so the achievable curve steps down.
+        path = []
+        for i, p in enumerate(frontier):
+            px, py = x(p.time_s * scale_t), y(p.energy_j)
+            if i == 0:
+                path.append(f"M{px:.1f},{py:.1f}")
+            else:
+                path.append(f"H{px:.1f}V{py:.1f}")
+        out.append(f'<path class="frontier-line" d="{" ".join(path)}"/>')
+    bounds = sorted((p for p in points if p.kind == "bound"), key=lambda p: p.time_s)
+    if len(bounds) > 1:
+        coords = " ".join(f"{x(p.time_s * scale_t):.1f},{y(p.energy_j):.1f}" for p in bounds)
+        out.append(f'<polyline class="bound-line" points="{coords}"/>')
+    order = {"dominated": 0, "bound": 1, "frontier": 2, "baseline": 3, "chosen": 4}
+    for p in sorted(points, key=lambda p: order.get(p.kind, 2)):
+        if p.kind == "bound":
+            continue
+        px, py = x(p.time_s * scale_t), y(p.energy_j)
+        if p.low_j is not None and p.high_j is not None:
+            y0, y1 = y(p.low_j), y(p.high_j)
+            out.append(
+                f'<g class="errbar {esc(p.kind)}"><line x1="{px:.1f}" x2="{px:.1f}" '
+                f'y1="{y0:.1f}" y2="{y1:.1f}"/><line x1="{px - 3:.1f}" x2="{px + 3:.1f}" '
+                f'y1="{y0:.1f}" y2="{y0:.1f}"/><line x1="{px - 3:.1f}" x2="{px + 3:.1f}" '
+                f'y1="{y1:.1f}" y2="{y1:.1f}"/></g>'
+            )
+        radius = 6 if p.kind in ("chosen", "baseline") else 3.5
+        shape = (
+            f'<rect x="{px - radius:.1f}" y="{py - radius:.1f}" width="{2 * radius:.1f}" '
+            f'height="{2 * radius:.1f}"'
+            if p.kind == "baseline"
+            else f'<circle cx="{px:.1f}" cy="{py:.1f}" r="{radius:.1f}"'
+        )
+        tip = p.label or f"{fmt_num(p.time_s * scale_t)} {time_unit}, {fmt_num(p.energy_j)} J"
+        out.append(f'{shape} class="pt {esc(p.kind)}"><title>{esc(tip)}</title>' + _close(shape))
+    out.append(_legend_frontier(points, width))
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _close(shape: str) -> str:
+    return "</rect>" if shape.startswith("<rect") else "</circle>"
+
+
+def _legend_frontier(points: Sequence[PlotPoint], width: float) -> str:
+    names = {
+        "frontier": "Pareto frontier",
+        "dominated": "dominated",
+        "bound": "lower bound",
+        "chosen": "chosen schedule",
+        "baseline": "all-fastest baseline",
+    }
+    kinds = [k for k in names if any(p.kind == k for p in points)]
+    out = ['<g class="legend">']
+    x0 = width - MARGIN[1] - 150
+    for i, kind in enumerate(kinds):
+        y0 = MARGIN[2] + 10 + 16 * i
+        if kind == "baseline":
+            out.append(
+                f'<rect class="pt {kind}" x="{x0 - 4:.1f}" y="{y0 - 4:.1f}" width="8" height="8"/>'
+            )
+        else:
+            out.append(f'<circle class="pt {kind}" cx="{x0:.1f}" cy="{y0:.1f}" r="4"/>')
+        out.append(f'<text x="{x0 + 10:.1f}" y="{y0 + 4:.1f}">{esc(names[kind])}</text>')
+    out.append("</g>")
+    return "".join(out)
+
+
+def setting_key(element: ScheduledElement) -> float | None:
+    """What a Gantt bar is coloured by: the SM clock, else the power limit, else None."""
+    point = element.op_point
+    if point.sm_clock_mhz is not None:
+        return point.sm_clock_mhz
+    return point.power_limit_w
+
+
+def gantt_svg(schedule: Schedule, *, width: float = 960, row_height: float = 30) -> str:
+    """Gantt chart: one row per device, one bar per element coloured by its clock, idle
+    gaps hatched, with a legend of clocks."""
+    devices = [d.name for d in schedule.devices]
+    left, right, top = 90.0, 130.0, 10.0
+    legend_keys = clock_colors([setting_key(e) for e in schedule.elements])
+    use_limit = all(e.op_point.sm_clock_mhz is None for e in schedule.elements)
+    unit = "W" if use_limit else "MHz"
+    legend_rows = math.ceil(len(legend_keys) / 6) if legend_keys else 0
+    plot_h = row_height * max(1, len(devices))
+    height = top + plot_h + 40 + 18 * legend_rows
+    horizon = max(schedule.makespan, max((e.end for e in schedule.elements), default=0.0))
+    x = Scale(0.0, horizon if horizon > 0 else 1.0, left, width - right)
+    out = [svg_open(width, height, "Schedule per device", "chart gantt")]
+    out.append(
+        '<defs><pattern id="idle-hatch" width="6" height="6" patternUnits="userSpaceOnUse" '
+        'patternTransform="rotate(45)"><rect width="6" height="6" fill="#f4f4f4"/>'
+        '<line x1="0" y1="0" x2="0" y2="6" stroke="#cfcfcf" stroke-width="2"/></pattern></defs>'
+    )
+    for row, name in enumerate(devices):
+        y0 = top + row * row_height
+        elements = schedule.elements_on(name)
+        busy = sum(e.duration for e in elements)
+        idle_s = max(0.0, schedule.makespan - busy)
+        out.append(
+            f'<rect class="idle" x="{x(0):.1f}" y="{y0 + 3:.1f}" width="{x(horizon) - x(0):.1f}" '
+            f'height="{row_height - 6:.1f}" fill="url(#idle-hatch)"><title>{esc(name)}: idle '
+            f"{fmt_num(idle_s)} s of {fmt_num(schedule.makespan)} s</title></rect>"
+        )
+        out.append(
+            f'<text class="row-label" x="{left - 8:.1f}" y="{y0 + row_height / 2 + 4:.1f}" '
+            f'text-anchor="end">{esc(name)}</text>'
+        )
+        share = idle_s / schedule.makespan if schedule.makespan > 0 else 0.0
+        out.append(
+            f'<text class="row-note" x="{width - right + 8:.1f}" y="{y0 + row_height / 2 + 4:.1f}">'
+            f"idle {share:.0%}</text>"
+        )
+        for e in elements:
+            x0, x1 = x(e.start), x(e.end)
+            color = legend_keys.get(setting_key(e), "#9e9e9e")
+            tip = (
+                f"{e.name} ({e.type}) on {e.device}: {fmt_num(e.start)}–{fmt_num(e.end)} s, "
+                f"{fmt_num(e.energy)} J, {e.impl} @ {e.op_point.label()}"
+            )
+            out.append(
+                f'<rect class="element" x="{x0:.2f}" y="{y0 + 3:.1f}" '
+                f'width="{max(0.5, x1 - x0):.2f}" height="{row_height - 6:.1f}" fill="{color}">'
+                f"<title>{esc(tip)}</title></rect>"
+            )
+            if x1 - x0 > 7 * len(e.name) + 4:
+                out.append(
+                    f'<text class="bar-label" x="{(x0 + x1) / 2:.1f}" '
+                    f'y="{y0 + row_height / 2 + 4:.1f}" text-anchor="middle" '
+                    f'style="fill:{text_color(color)}">{esc(e.name)}</text>'
+                )
+    axis_y = top + plot_h + 2
+    out.append(f'<line class="axis" x1="{left}" x2="{width - right}" y1="{axis_y}" y2="{axis_y}"/>')
+    for tick in nice_ticks(0.0, horizon):
+        px = x(tick)
+        out.append(
+            f'<line class="axis" x1="{px:.1f}" x2="{px:.1f}" y1="{axis_y}" y2="{axis_y + 4}"/>'
+            f'<text class="tick" x="{px:.1f}" y="{axis_y + 16:.1f}" text-anchor="middle">'
+            f"{esc(fmt_num(tick))}</text>"
+        )
+    if schedule.deadline is not None and schedule.deadline <= horizon * 1.2:
+        dx = Scale(0.0, horizon if horizon > 0 else 1.0, left, width - right)(schedule.deadline)
+        out.append(
+            f'<line class="deadline" x1="{dx:.1f}" x2="{dx:.1f}" y1="{top}" y2="{axis_y}">'
+            f"<title>deadline {fmt_num(schedule.deadline)} s</title></line>"
+        )
+    out.append(
+        f'<text class="axis-title" x="{(left + width - right) / 2:.1f}" y="{axis_y + 32:.1f}" '
+        'text-anchor="middle">time (s)</text>'
+    )
+    ly = axis_y + 44
+    out.append('<g class="legend">')
+    for i, (key, color) in enumerate(
+        sorted(legend_keys.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))
+    ):
+        col, row = i % 6, i // 6
+        lx = left + col * 120
+        text = "default" if key is None else f"{fmt_num(key)} {unit}"
+        out.append(
+            f'<rect x="{lx:.1f}" y="{ly + 18 * row - 9:.1f}" width="12" height="12" '
+            f'fill="{color}"/>'
+            f'<text x="{lx + 16:.1f}" y="{ly + 18 * row + 1:.1f}">{esc(text)}</text>'
+        )
+    if legend_keys:
+        lx = left + min(len(legend_keys), 6) * 120
+        out.append(
+            f'<rect x="{lx:.1f}" y="{ly - 9:.1f}" width="12" height="12" fill="url(#idle-hatch)" '
+            f'stroke="#bbb"/><text x="{lx + 16:.1f}" y="{ly + 1:.1f}">idle</text>'
+        )
+    out.append("</g></svg>")
+    return "".join(out)
+
+
+def breakdown_svg(parts: Mapping[str, float], *, width: float = 640, height: float = 64) -> str:
+    """One horizontal stacked bar of energy parts (label → J)."""
+    total = sum(v for v in parts.values() if v > 0)
+    palette = ["#3b528b", "#21918c", "#5ec962", "#fde725", "#440154", "#8f8f8f", "#c0c0c0"]
+    out = [svg_open(width, height, "Energy breakdown", "chart breakdown")]
+    x0 = 0.0
+    for i, (label, value) in enumerate(parts.items()):
+        if value <= 0 or total <= 0:
+            continue
+        w = value / total * width
+        color = palette[i % len(palette)]
+        out.append(
+            f'<rect x="{x0:.2f}" y="4" width="{w:.2f}" height="{height - 8}" fill="{color}">'
+            f"<title>{esc(label)}: {fmt_num(value)} J ({value / total:.1%})</title></rect>"
+        )
+        if w > 8 * len(label) + 10:
+            out.append(
+                f'<text class="bar-label" x="{x0 + w / 2:.1f}" y="{height / 2 + 4:.1f}" '
+                f'text-anchor="middle" style="fill:{text_color(color)}">{esc(label)}</text>'
+            )
+        x0 += w
+    out.append("</svg>")
+    return "".join(out)
+
+
+def power_trace_svg(
+    samples: Sequence[tuple[float, float]],
+    *,
+    regions: Sequence[tuple[str, float, float]] = (),
+    width: float = 960,
+    height: float = 260,
+) -> str:
+    """Power over time as a line, with optional shaded (name, start s, end s) regions."""
+    left, right, top, bottom = MARGIN
+    x = Scale.fit([t for t, _ in samples], left, width - right, pad=0.0)
+    y = Scale.fit([0.0] + [w for _, w in samples], height - bottom, top)
+    out = [svg_open(width, height, "Power trace", "chart power")]
+    out.append(svg_axes(x, y, "time (s)", "power (W)", height))
+    for name, start, end in regions:
+        x0, x1 = x(start), x(end)
+        out.append(
+            f'<rect class="region" x="{x0:.1f}" y="{top:.1f}" width="{max(0.5, x1 - x0):.1f}" '
+            f'height="{height - bottom - top:.1f}"><title>{esc(name)}</title></rect>'
+        )
+    if samples:
+        coords = " ".join(f"{x(t):.1f},{y(w):.1f}" for t, w in samples)
+        out.append(f'<polyline class="power-line" points="{coords}"/>')
+    out.append("</svg>")
+    return "".join(out)

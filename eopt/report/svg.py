@@ -1,0 +1,171 @@
+"""Small server-side SVG toolkit for the HTML report: scales, ticks, axes, colours.
+
+Everything returns SVG markup as strings; every piece of text goes through
+:func:`esc`, so names from user files cannot inject markup.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = [
+    "Scale",
+    "clock_colors",
+    "esc",
+    "fmt_num",
+    "nice_ticks",
+    "svg_axes",
+    "svg_open",
+    "text_color",
+]
+
+# Margins of a plot area inside its SVG, in px: left, right, top, bottom.
+MARGIN = (64.0, 16.0, 14.0, 42.0)
+
+# A perceptually ordered palette (viridis anchors, dark = slow clock, bright = fast).
+_VIRIDIS = [
+    (68, 1, 84),
+    (59, 82, 139),
+    (33, 145, 140),
+    (94, 201, 98),
+    (253, 231, 37),
+]
+
+
+def esc(text: object) -> str:
+    """HTML/SVG-escape any value's text (quotes included)."""
+    return html.escape(str(text), quote=True)
+
+
+def fmt_num(value: float, digits: int = 4) -> str:
+    """Compact number for labels (``1.25e+03`` → ``1250``)."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    return f"{value:.{digits}g}"
+
+
+def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
+    """Round tick values covering [low, high] (1-2-5 steps)."""
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return []
+    if high <= low:
+        return [low]
+    raw = (high - low) / max(1, count)
+    magnitude = 10 ** math.floor(math.log10(raw))
+    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
+    first = math.ceil(low / step - 1e-9) * step
+    ticks = []
+    value = first
+    while value <= high + step * 1e-9:
+        ticks.append(round(value, 12))
+        value += step
+    return ticks
+
+
+@dataclass(frozen=True)
+class Scale:
+    """Linear map from data [lo, hi] to pixels [p0, p1]."""
+
+    lo: float
+    hi: float
+    p0: float
+    p1: float
+
+    @classmethod
+    def fit(cls, values: Sequence[float], p0: float, p1: float, pad: float = 0.05) -> Scale:
+        """A scale covering ``values`` with ``pad`` of the span added on both sides."""
+        finite = [v for v in values if math.isfinite(v)]
+        if not finite:
+            return cls(0.0, 1.0, p0, p1)
+        lo, hi = min(finite), max(finite)
+        span = hi - lo
+        if span <= 0:
+            span = abs(hi) * 0.1 or 1.0
+            lo, hi = lo - span / 2, hi + span / 2
+        else:
+            lo, hi = lo - pad * span, hi + pad * span
+        return cls(lo, hi, p0, p1)
+
+    def __call__(self, value: float) -> float:
+        return self.p0 + (value - self.lo) / (self.hi - self.lo) * (self.p1 - self.p0)
+
+
+def svg_open(width: float, height: float, label: str, css_class: str = "chart") -> str:
+    """The opening ``<svg>`` tag with an accessible label."""
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="{esc(css_class)}" '
+        f'viewBox="0 0 {width:.0f} {height:.0f}" width="{width:.0f}" height="{height:.0f}" '
+        f'role="img" aria-label="{esc(label)}">'
+    )
+
+
+def svg_axes(x: Scale, y: Scale, x_label: str, y_label: str, height: float) -> str:
+    """Axes, grid lines, tick labels and axis titles for a plot area."""
+    parts = ['<g class="axes">']
+    left, right = min(x.p0, x.p1), max(x.p0, x.p1)
+    top, bottom = min(y.p0, y.p1), max(y.p0, y.p1)
+    for tick in nice_ticks(y.lo, y.hi):
+        py = y(tick)
+        parts.append(
+            f'<line class="grid" x1="{left:.1f}" x2="{right:.1f}" y1="{py:.1f}" y2="{py:.1f}"/>'
+        )
+        parts.append(
+            f'<text class="tick" x="{left - 6:.1f}" y="{py + 4:.1f}" text-anchor="end">'
+            f"{esc(fmt_num(tick))}</text>"
+        )
+    for tick in nice_ticks(x.lo, x.hi):
+        px = x(tick)
+        parts.append(
+            f'<line class="grid" x1="{px:.1f}" x2="{px:.1f}" y1="{top:.1f}" y2="{bottom:.1f}"/>'
+        )
+        parts.append(
+            f'<text class="tick" x="{px:.1f}" y="{bottom + 16:.1f}" text-anchor="middle">'
+            f"{esc(fmt_num(tick))}</text>"
+        )
+    parts.append(
+        f'<line class="axis" x1="{left:.1f}" x2="{right:.1f}" y1="{bottom:.1f}" y2="{bottom:.1f}"/>'
+    )
+    parts.append(
+        f'<line class="axis" x1="{left:.1f}" x2="{left:.1f}" y1="{top:.1f}" y2="{bottom:.1f}"/>'
+    )
+    parts.append(
+        f'<text class="axis-title" x="{(left + right) / 2:.1f}" y="{height - 6:.1f}" '
+        f'text-anchor="middle">{esc(x_label)}</text>'
+    )
+    parts.append(
+        f'<text class="axis-title" x="14" y="{(top + bottom) / 2:.1f}" text-anchor="middle" '
+        f'transform="rotate(-90 14 {(top + bottom) / 2:.1f})">{esc(y_label)}</text>'
+    )
+    parts.append("</g>")
+    return "".join(parts)
+
+
+def _lerp_color(t: float) -> str:
+    t = min(1.0, max(0.0, t))
+    pos = t * (len(_VIRIDIS) - 1)
+    i = min(int(pos), len(_VIRIDIS) - 2)
+    frac = pos - i
+    a, b = _VIRIDIS[i], _VIRIDIS[i + 1]
+    r, g, bl = (round(a[k] + (b[k] - a[k]) * frac) for k in range(3))
+    return f"#{r:02x}{g:02x}{bl:02x}"
+
+
+def clock_colors(values: Sequence[float | None]) -> dict[float | None, str]:
+    """A colour per distinct clock (or limit): slow = dark violet, fast = yellow; None grey."""
+    distinct = sorted({v for v in values if v is not None})
+    out: dict[float | None, str] = {}
+    for i, v in enumerate(distinct):
+        out[v] = _lerp_color(i / (len(distinct) - 1) if len(distinct) > 1 else 0.6)
+    if any(v is None for v in values):
+        out[None] = "#9e9e9e"
+    return out
+
+
+def text_color(fill: str) -> str:
+    """Black or white, whichever reads better on the ``#rrggbb`` ``fill``."""
+    r, g, b = (int(fill[i : i + 2], 16) for i in (1, 3, 5))
+    luminance = 0.2126 * r + 0.7152 * g + 0.0722 * b
+    return "#111" if luminance > 140 else "#fff"
