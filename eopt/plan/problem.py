@@ -51,13 +51,19 @@ class PlanProblem:
         return self.cells[element][mode]
 
 
-def load_plan_library(plan: Plan, extra: Sequence[str | Path] = ()) -> Library:
+def load_plan_library(plan: Plan, extra: Sequence[str | Path] = (), own: bool = True) -> Library:
     """The signatures of the plan's libraries (and any ``extra`` library files).
+
+    Args:
+        plan: The plan.
+        extra: More library files.
+        own: Whether to read the plan's own libraries too.
 
     Raises:
         PlanError: naming the plan file and the library that cannot be read.
     """
-    paths = [*plan.library_paths(), *map(Path, extra)]
+    mine = plan.library_paths() if own else []
+    paths = [*mine, *map(Path, extra)]
     where = plan.source or "<plan>"
     if not paths:
         raise PlanError(
@@ -69,7 +75,7 @@ def load_plan_library(plan: Plan, extra: Sequence[str | Path] = ()) -> Library:
         try:
             sigs.extend(Library.load(path))
         except ValueError as exc:
-            place = f"libraries[{i}]" if i < len(plan.libraries) else "library"
+            place = f"libraries[{i}]" if i < len(mine) else "library"
             raise PlanError(f"{where}: {place}: {exc}") from None
     return Library(sigs)
 

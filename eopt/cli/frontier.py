@@ -1,0 +1,169 @@
+"""``eopt frontier``: the time–energy Pareto frontier of each element in a library."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.table import Table
+
+from eopt.calculus.library import Library
+from eopt.cli._common import UserError, console, write_json
+from eopt.frontier import Frontier
+
+__all__ = ["command", "plot_frontiers"]
+
+
+def _frontiers(
+    library: Library, elements: tuple[str, ...], dominance: str, confidence: float
+) -> dict[str, Frontier]:
+    names = list(elements) or library.names()
+    return {
+        name: Frontier.from_signatures(library.by_name(name), dominance, confidence)
+        for name in names
+    }
+
+
+def plot_frontiers(frontiers: dict[str, Frontier], path: Path) -> None:
+    """Write a figure (PNG, SVG or PDF by the suffix): per element, every cell with its
+    uncertainty bars, dominated cells greyed, the frontier drawn as a staircase line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from scipy.stats import norm
+
+    n = len(frontiers)
+    cols = min(4, n)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
+    for ax, (name, front) in zip(axes.flat, frontiers.items(), strict=False):
+        c = float(norm.ppf(0.5 + front.confidence / 2.0))
+        for pts, style in (
+            (front.dominated, {"color": "0.7", "label": "dominated"}),
+            (front.points, {"color": "C0", "label": "frontier"}),
+        ):
+            if not pts:
+                continue
+            ax.errorbar(
+                [p.time for p in pts],
+                [p.energy for p in pts],
+                xerr=[c * p.std_time for p in pts],
+                yerr=[c * p.std_energy for p in pts],
+                fmt="o",
+                markersize=3,
+                capsize=2,
+                linewidth=0.8,
+                **style,
+            )
+        ax.plot([p.time for p in front.points], [p.energy for p in front.points], "-", color="C0")
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("time (s)")
+        ax.set_ylabel("energy (J)")
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[n:]:
+        ax.set_visible(False)
+    axes.flat[0].legend(fontsize=7)
+    fig.suptitle(f"Time–energy frontiers ({front.confidence:.0%} intervals)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _rows(frontiers: dict[str, Frontier]) -> list[dict[str, Any]]:
+    return [
+        {"element": name, **row} for name, front in frontiers.items() for row in front.to_rows()
+    ]
+
+
+@click.command("frontier")
+@click.argument(
+    "library_file", metavar="LIB.jsonl", type=click.Path(dir_okay=False, path_type=Path)
+)
+@click.option(
+    "--element", "elements", multiple=True, help="Element name (repeatable; default: all)."
+)
+@click.option(
+    "--dominance",
+    type=click.Choice(["interval", "point"]),
+    default="interval",
+    show_default=True,
+    help="interval: drop a cell only when intervals separate; point: compare means.",
+)
+@click.option(
+    "--confidence",
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    default=0.95,
+    show_default=True,
+    help="Confidence of the intervals.",
+)
+@click.option(
+    "--plot", type=click.Path(dir_okay=False, path_type=Path), help="Write a PNG/SVG figure."
+)
+@click.option(
+    "--csv",
+    "csv_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the rows as CSV.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON instead of tables.")
+def command(
+    library_file: Path,
+    elements: tuple[str, ...],
+    dominance: str,
+    confidence: float,
+    plot: Path | None,
+    csv_path: Path | None,
+    as_json: bool,
+) -> None:
+    """Print the time–energy Pareto frontier of each element of a signature library.
+
+    Each element's (κ, ω) cells are points (T, E); a cell is dropped when another is
+    better in both, by separated intervals (default) or by means (--dominance point).
+
+    \b
+    Examples:
+      eopt frontier gemm.jsonl
+      eopt frontier plan.signatures.jsonl --element stage0.forward --plot f.png
+      eopt frontier lib.jsonl --dominance point --csv frontier.csv --json
+    """
+    if plot is not None and plot.suffix.lower() not in (".png", ".svg", ".pdf"):
+        raise click.BadParameter("use a .png, .svg or .pdf file name", param_hint="--plot")
+    library = Library.load(library_file)
+    if not len(library):
+        raise UserError(f"{library_file}: the library holds no signatures")
+    frontiers = _frontiers(library, elements, dominance, confidence)
+    rows = _rows(frontiers)
+    if csv_path is not None:
+        with csv_path.open("w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    if plot is not None:
+        plot_frontiers(frontiers, plot)
+    if as_json:
+        write_json("-", rows)
+        return
+    for name, front in frontiers.items():
+        table = Table(
+            title=f"{name}: {len(front.points)} of {len(front.achievable)} cells on the frontier "
+            f"({dominance} dominance)",
+            title_justify="left",
+        )
+        for col in ("time s", "energy J", f"{confidence:.0%} interval J", "κ", "ω"):
+            table.add_column(col, justify="right" if "J" in col or col[-1] == "s" else "left")
+        for row in front.to_rows():
+            table.add_row(
+                f"{row['time_s']:.6g}",
+                f"{row['energy_j']:.6g}",
+                f"{row['energy_low_j']:.5g} … {row['energy_high_j']:.5g}",
+                row["impl"],
+                row["op_point"],
+            )
+        console.print(table)
+    for path in (csv_path, plot):
+        if path is not None:
+            console.print(f"Wrote {path}", highlight=False)
