@@ -1,0 +1,200 @@
+"""The relax method for coupled problems: groups sharing a setting, transition costs.
+
+The bound is the LP relaxation of the exact model (`solvers.milp.build_model` with
+continuous variables). Plans come from fixing the coupling — one setting per group, and
+per costed device either one setting for all its tasks (no changes, nothing to pay) or
+the settings left free with their costs checked afterwards — and solving the remaining
+uncoupled problem with the hull LP and diving (`solvers.relax`). A local search with
+exact evaluation (single tasks, whole groups) polishes the best plan.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Hashable, Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from solvers.indexed import IndexedProblem, meets
+from solvers.lp import HullLP
+from solvers.milp import build_model, candidate_modes, solve_model
+from solvers.problem import Problem, Task
+from solvers.relax import relax_assign
+
+
+def _restricted(
+    ip: IndexedProblem, allowed: Sequence[Sequence[int]], keep_transitions: bool
+) -> tuple[IndexedProblem, list[list[int]]]:
+    """An uncoupled problem whose task i may use only the modes `allowed[i]`."""
+    p = ip.problem
+    tasks = tuple(
+        Task(t.name, t.device, tuple(t.modes[k] for k in allowed[i]))
+        for i, t in enumerate(ip.tasks)
+    )
+    sub = Problem(
+        tasks=tasks,
+        edges=p.edges,
+        idle_power=p.idle_power,
+        groups=(),
+        transition=p.transition if keep_transitions else {},
+        hold=p.hold,
+    )
+    return IndexedProblem(sub), [list(a) for a in allowed]
+
+
+def _solve_fixed_settings(
+    ip: IndexedProblem,
+    task_setting: Sequence[Hashable | None],
+    deadline: float | None,
+    time_limit: float,
+) -> list[int] | None:
+    """Best plan (by relax) when each task is limited to one setting (None: any)."""
+    allowed = []
+    for i in range(ip.n):
+        s = task_setting[i]
+        ks = [k for k in range(len(ip.durations[i])) if s is None or ip.settings[i][k] == s]
+        if not ks:
+            return None
+        allowed.append(ks)
+    sub, back = _restricted(ip, allowed, keep_transitions=False)
+    res = relax_assign(HullLP(sub), deadline, time_limit=time_limit)
+    if res is None:
+        return None
+    return [back[i][m] for i, m in enumerate(res.modes)]
+
+
+def _group_move(ip: IndexedProblem, modes: list[int], g: int, s: Hashable) -> list[int]:
+    """Move group g to setting s: each member takes the cheapest mode at s no slower
+    than its current one, or the fastest mode at s."""
+    out = list(modes)
+    for i in ip.groups[g]:
+        d_now = ip.durations[i][modes[i]]
+        ks = [k for k in range(len(ip.durations[i])) if ip.settings[i][k] == s]
+        fit = [k for k in ks if ip.durations[i][k] <= d_now]
+        if fit:
+            out[i] = min(fit, key=lambda k: (ip.costs[i][k], ip.durations[i][k]))
+        else:
+            out[i] = min(ks, key=lambda k: (ip.durations[i][k], ip.costs[i][k]))
+    return out
+
+
+def local_search(
+    ip: IndexedProblem, modes: Sequence[int], deadline: float | None, time_limit: float
+) -> list[int]:
+    """First-improvement search over single-task and whole-group moves, exact evaluation."""
+    t0 = time.perf_counter()
+    best = list(modes)
+    best_e = ip.evaluate(best, deadline).energy
+    cands = candidate_modes(ip)
+    improved = True
+    while improved and time.perf_counter() - t0 < time_limit:
+        improved = False
+        moves: list[list[int]] = []
+        for i in range(ip.n):
+            if ip.group_of[i] >= 0:
+                continue
+            for k in cands[i]:
+                if k != best[i]:
+                    m = list(best)
+                    m[i] = k
+                    moves.append(m)
+        for g in range(len(ip.groups)):
+            for s in ip.group_settings[g]:
+                moves.append(_group_move(ip, best, g, s))
+        for m in moves:
+            if time.perf_counter() - t0 > time_limit:
+                break
+            ev = ip.evaluate(m, deadline)
+            if meets(ev.makespan, deadline) and ev.energy < best_e - 1e-12 * max(1.0, abs(best_e)):
+                best, best_e = m, ev.energy
+                improved = True
+    return best
+
+
+def relax_coupled(
+    ip: IndexedProblem,
+    deadline: float | None,
+    fallback: Sequence[int],
+    *,
+    time_limit: float = 60.0,
+) -> tuple[list[int], float]:
+    """Relax method for coupled problems.
+
+    Args:
+        ip: the problem (with groups and/or transition costs).
+        deadline: s, or None.
+        fallback: a feasible assignment (e.g. the fastest plan).
+        time_limit: s.
+
+    Returns:
+        (modes, bound): the best feasible plan found and the LP relaxation bound, J.
+    """
+    t0 = time.perf_counter()
+    model = build_model(ip, deadline, relax=True)
+    status, bound, _ = solve_model(model, time_limit=time_limit, gap=0.0, mip=False)
+    if status != "optimal":
+        bound = float("nan")
+    # Settings suggested by the relaxation: per group its heaviest y, per task its
+    # heaviest setting.
+    lp_setting: list[Hashable | None] = []
+    for i, xi in enumerate(model.x):
+        weight: dict[Hashable | None, float] = {}
+        for k, v in xi.items():
+            weight[ip.settings[i][k]] = weight.get(ip.settings[i][k], 0.0) + float(
+                v.varValue or 0.0
+            )
+        lp_setting.append(max(weight, key=lambda s: weight[s]))
+    for g, yg in enumerate(model.y):
+        s = max(yg, key=lambda key: float(yg[key].varValue or 0.0))
+        for i in ip.groups[g]:
+            lp_setting[i] = s
+    fast_setting = [ip.settings[i][fallback[i]] for i in range(ip.n)]
+    candidates: list[list[int]] = [list(fallback)]
+    on_chain = np.zeros(ip.n, dtype=bool)
+    for a, b in ip.chain_pairs:
+        on_chain[[a, b]] = True
+    budget = max(0.1, time_limit / 8)
+    for base in (lp_setting, fast_setting):
+        # Variant 1: groups fixed, chain tasks free (their changes priced afterwards).
+        free_chain = [None if on_chain[i] and ip.group_of[i] < 0 else base[i] for i in range(ip.n)]
+        grouped_only = [free_chain[i] if ip.group_of[i] >= 0 else None for i in range(ip.n)]
+        for setting in (grouped_only, _one_setting_per_device(ip, base, on_chain)):
+            m = _solve_fixed_settings(ip, setting, deadline, budget)
+            if m is not None:
+                candidates.append(m)
+    feasible = []
+    for m in candidates:
+        ev = ip.evaluate(m, deadline)
+        if meets(ev.makespan, deadline):
+            feasible.append((ev.energy, m))
+    feasible.sort(key=lambda em: em[0])
+    best = feasible[0][1] if feasible else list(fallback)
+    left = max(0.0, time_limit - (time.perf_counter() - t0))
+    best = local_search(ip, best, deadline, left)
+    return best, bound
+
+
+def _one_setting_per_device(
+    ip: IndexedProblem, base: Sequence[Hashable | None], on_chain: np.ndarray
+) -> list[Hashable | None]:
+    """Give every task of a costed device (and its groups) that device's majority setting."""
+    out = [base[i] if ip.group_of[i] >= 0 else None for i in range(ip.n)]
+    by_dev: dict[int, list[int]] = {}
+    for i in np.flatnonzero(on_chain):
+        by_dev.setdefault(int(ip.task_device[i]), []).append(int(i))
+    for members in by_dev.values():
+        votes: dict[Hashable | None, int] = {}
+        for i in members:
+            votes[base[i]] = votes.get(base[i], 0) + 1
+        for s in sorted(votes, key=lambda s: -votes[s]):
+            if all(s in ip.settings[i] for i in members):
+                for i in members:
+                    out[i] = s
+                break
+    return out
+
+
+def without_coupling(problem: Problem) -> Problem:
+    """The same problem with groups and transition costs removed."""
+    return replace(problem, groups=(), transition={})

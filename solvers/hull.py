@@ -1,0 +1,63 @@
+"""Per-task mode pruning: Pareto-minimal modes and their lower convex hull.
+
+A mode is dominated when another mode of the same task is no slower and has no larger
+effective cost c = E − s̄·d: the faster, cheaper mode keeps every schedule feasible and
+never raises the makespan, so the dominated one is never needed (unless the two differ
+in a device-wide setting that a group or a transition cost cares about).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+
+import numpy as np
+
+
+def pareto_modes(durations: np.ndarray, costs: np.ndarray) -> list[int]:
+    """Indices of the non-dominated modes, by increasing duration (strictly falling cost).
+
+    Ties (same duration and cost) keep the lowest index.
+    """
+    order = sorted(range(len(durations)), key=lambda k: (durations[k], costs[k], k))
+    kept: list[int] = []
+    best = np.inf
+    for k in order:
+        if costs[k] < best and (not kept or durations[k] > durations[kept[-1]]):
+            kept.append(k)
+            best = costs[k]
+    return kept
+
+
+def pareto_modes_by_setting(
+    durations: np.ndarray, costs: np.ndarray, settings: Sequence[Hashable | None]
+) -> list[int]:
+    """Non-dominated modes within each setting (for grouped or transition-costed tasks)."""
+    kept: list[int] = []
+    for s in dict.fromkeys(settings):
+        idx = [k for k, sk in enumerate(settings) if sk == s]
+        sub = pareto_modes(durations[idx], costs[idx])
+        kept.extend(idx[j] for j in sub)
+    return sorted(kept, key=lambda k: (durations[k], costs[k], k))
+
+
+def lower_hull(durations: np.ndarray, costs: np.ndarray, pareto: Sequence[int]) -> list[int]:
+    """Vertices of the lower convex hull of the Pareto modes, by increasing duration.
+
+    Assumptions:
+        `pareto` comes from `pareto_modes` (increasing duration, falling cost), so the
+        hull is a convex, decreasing, piecewise-linear cost-of-duration curve.
+    """
+    hull: list[int] = []
+    for k in pareto:
+        while len(hull) >= 2:
+            a, b = hull[-2], hull[-1]
+            # Drop b when it lies on or above the segment a–k (cross product >= 0).
+            cross = (durations[b] - durations[a]) * (costs[k] - costs[a]) - (
+                costs[b] - costs[a]
+            ) * (durations[k] - durations[a])
+            if cross <= 0:
+                hull.pop()
+            else:
+                break
+        hull.append(k)
+    return hull

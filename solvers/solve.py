@@ -1,0 +1,251 @@
+"""Entry points: `solve`, `evaluate`, `fastest_makespan` (method dispatch lives here)."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import replace
+
+import numpy as np
+
+from solvers.coupled import relax_coupled
+from solvers.exceptions import InfeasibleDeadline, ProblemError
+from solvers.indexed import IndexedProblem, meets
+from solvers.lp import HullLP
+from solvers.milp import min_makespan, solve_milp, solver_name
+from solvers.problem import Problem
+from solvers.relax import relax_assign
+from solvers.solution import Solution, build_solution, relative_gap
+
+METHODS = ("auto", "relax", "milp")
+
+#: Diving batch sizes tried in turn by the relax method while time remains.
+DIVE_BATCHES = (0.2, 0.05, 1.0, 0.1)
+
+
+def _check_deadline(deadline: float | None) -> float | None:
+    if deadline is None:
+        return None
+    if isinstance(deadline, bool) or not isinstance(deadline, (int, float)):
+        raise ProblemError(f"deadline must be a number of seconds, got {deadline!r}")
+    d = float(deadline)
+    if not math.isfinite(d) or d < 0:
+        raise ProblemError(f"deadline must be a finite number of seconds >= 0, got {deadline!r}")
+    return d
+
+
+def fastest_plan(ip: IndexedProblem) -> tuple[float, list[int]]:
+    """The fastest makespan (s) and a cheapest-possible assignment achieving it.
+
+    Every task in its fastest mode is exact unless groups or transition costs forbid
+    that combination; then the exact model is solved for the shortest makespan.
+    """
+    modes = [int(np.lexsort((ip.costs[i], ip.durations[i]))[0]) for i in range(ip.n)]
+    consistent = all(
+        len({ip.settings[i][modes[i]] for i in members}) == 1 for members in ip.groups
+    ) and not any(ip.settings[a][modes[a]] != ip.settings[b][modes[b]] for a, b in ip.chain_pairs)
+    if consistent:
+        return ip.evaluate(modes).makespan, modes
+    return min_makespan(ip)
+
+
+def fastest_makespan(problem: Problem) -> float:
+    """The shortest makespan any assignment of modes achieves, s.
+
+    Raises:
+        ProblemError: the problem is malformed.
+    """
+    return fastest_plan(IndexedProblem(problem))[0]
+
+
+def evaluate(problem: Problem, modes: Mapping[str, int], deadline: float | None = None) -> Solution:
+    """Exact makespan, energy and earliest-start schedule of a given assignment.
+
+    Args:
+        problem: the problem.
+        modes: task name → mode index, for every task.
+        deadline: s; only used for the accounting horizon (``hold="deadline"``) and to
+            flag a late plan (status ``"late"``).
+
+    Returns:
+        A `Solution` with status ``"evaluated"`` (or ``"late"``) and no bound.
+
+    Raises:
+        ProblemError: a task is missing from `modes`, unknown, or has no such mode.
+    """
+    t0 = time.perf_counter()
+    ip = IndexedProblem(problem)
+    deadline = _check_deadline(deadline)
+    unknown = sorted(set(modes) - set(ip.index))
+    if unknown:
+        raise ProblemError(f"modes names unknown task {unknown[0]!r}")
+    assignment = []
+    for i, name in enumerate(ip.names):
+        if name not in modes:
+            raise ProblemError(f"modes gives no mode for task {name!r}")
+        m = modes[name]
+        if (
+            isinstance(m, bool)
+            or not isinstance(m, (int, np.integer))
+            or not 0 <= m < len(ip.durations[i])
+        ):
+            raise ProblemError(
+                f"task {name!r}: mode {m!r} does not exist (it has {len(ip.durations[i])} modes)"
+            )
+        assignment.append(int(m))
+    sol = build_solution(
+        ip,
+        assignment,
+        deadline,
+        status="evaluated",
+        lower_bound=math.nan,
+        solver="evaluate",
+        method="evaluate",
+        wall_time_s=0.0,
+    )
+    late = not meets(sol.makespan, deadline)
+    return replace(
+        sol,
+        status="late" if late else "evaluated",
+        message=(
+            f"makespan {sol.makespan:.6g} s misses the deadline {deadline:.6g} s" if late else ""
+        ),
+        wall_time_s=time.perf_counter() - t0,
+    )
+
+
+def _relax(
+    ip: IndexedProblem,
+    deadline: float | None,
+    fast: list[int],
+    time_limit: float,
+    lp: HullLP | None = None,
+    batches: tuple[float, ...] = DIVE_BATCHES,
+) -> tuple[list[int], float, str]:
+    """Relax method: (modes, bound J, solver description)."""
+    t0 = time.perf_counter()
+    if ip.coupled:
+        modes, bound = relax_coupled(ip, deadline, fast, time_limit=time_limit)
+        return modes, bound, "HiGHS LP relaxation + fixed settings + local search"
+    lp = lp or HullLP(ip)
+    best: list[int] | None = None
+    best_e = math.inf
+    bound = math.nan
+    for j, batch in enumerate(batches):
+        elapsed = time.perf_counter() - t0
+        # Later variants only while they fit comfortably in the time left.
+        if j > 0 and elapsed * (j + 1) / j > time_limit:
+            break
+        res = relax_assign(lp, deadline, time_limit=max(0.1, time_limit - elapsed), batch=batch)
+        if res is None:  # the LP says infeasible: only by float trouble at the boundary
+            break
+        bound = res.bound
+        e = ip.evaluate(res.modes, deadline).energy
+        if e < best_e:
+            best, best_e = res.modes, e
+        if relative_gap(best_e, bound) <= 1e-9:
+            break
+    if best is None:
+        return list(fast), bound, "HiGHS LP + rounding"
+    return best, bound, "HiGHS LP + rounding"
+
+
+def solve(
+    problem: Problem,
+    deadline: float | None = None,
+    method: str = "auto",
+    time_limit: float = 60.0,
+    gap: float = 1e-4,
+) -> Solution:
+    """Minimum-energy assignment of modes whose makespan meets `deadline`.
+
+    Args:
+        problem: the problem.
+        deadline: s; None finds the energy-minimizing makespan.
+        method: ``"relax"`` (LP relaxation, rounding, improvement: fast, gap reported),
+            ``"milp"`` (exact, within `time_limit`) or ``"auto"`` (relax, then the
+            MILP warm-started from it while the gap exceeds `gap` and time remains).
+        time_limit: s of wall time, roughly (model building can add to it).
+        gap: relative optimality gap that counts as optimal.
+
+    Returns:
+        The plan; `status` is ``"optimal"`` (gap ≤ `gap`), ``"time_limit"`` or
+        ``"feasible"``, and `lower_bound` is certified.
+
+    Raises:
+        InfeasibleDeadline: the deadline is below the fastest achievable makespan.
+        ProblemError: malformed problem, deadline or method.
+
+    Example:
+        >>> from solvers import Mode, Problem, Task, solve
+        >>> fast, slow = Mode(1.0, 100.0), Mode(2.0, 60.0)
+        >>> p = Problem((Task("a", "gpu0", (fast, slow)),), (), {"gpu0": 10.0})
+        >>> solve(p, deadline=1.5).modes["a"], solve(p, deadline=2.0).modes["a"]
+        (0, 1)
+    """
+    t0 = time.perf_counter()
+    if method not in METHODS:
+        raise ProblemError(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
+    if not (isinstance(time_limit, (int, float)) and time_limit > 0):
+        raise ProblemError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
+    if not (isinstance(gap, (int, float)) and 0 <= gap < 1):
+        raise ProblemError(f"gap must be a fraction in [0, 1), got {gap!r}")
+    deadline = _check_deadline(deadline)
+    ip = IndexedProblem(problem)
+    t_fast, fast = fastest_plan(ip)
+    if deadline is not None and not meets(t_fast, deadline):
+        raise InfeasibleDeadline(deadline, t_fast)
+    notes: list[str] = []
+    status = "feasible"
+    if method in ("relax", "auto"):
+        modes, bound, solver = _relax(ip, deadline, fast, time_limit)
+        energy = ip.evaluate(modes, deadline).energy
+        if relative_gap(energy, bound) <= gap:
+            status = "optimal"
+    else:
+        modes, bound, solver, energy = fast, math.nan, "", math.inf
+    left = time_limit - (time.perf_counter() - t0)
+    if method == "milp" or (method == "auto" and status != "optimal" and left > 0.5):
+        warm = modes if method == "auto" else fast
+        res = solve_milp(ip, deadline, time_limit=max(0.1, left), gap=gap, warm=warm)
+        name = f"{res.solver} MILP"
+        if res.modes is not None:
+            ev = ip.evaluate(res.modes, deadline)
+            if not meets(ev.makespan, deadline):
+                notes.append(f"{name} plan missed the deadline by float tolerance; not used")
+            elif ev.energy < energy or method == "milp":
+                modes, energy = res.modes, ev.energy
+                solver = name if method == "milp" else f"{solver}, then {name}"
+        elif res.message:
+            notes.append(res.message)
+        if not math.isnan(res.bound):
+            bound = res.bound if math.isnan(bound) else max(bound, res.bound)
+        if math.isnan(bound) and not ip.coupled:
+            lp = HullLP(ip)
+            lp.set_deadline(deadline)
+            lp_point = lp.solve()
+            if lp_point is not None:
+                bound = lp_point.energy_bound(ip, deadline)
+        if relative_gap(energy, bound) <= gap * (1 + 1e-6) + 1e-12:
+            status = "optimal"
+        elif res.status == "time_limit":
+            status = "time_limit"
+            notes.append(f"{name} stopped at the time limit of {time_limit:g} s")
+        else:
+            status = "feasible"
+        solver = solver or name
+    if not meets(ip.evaluate(modes).makespan, deadline):  # never hand out a late plan
+        modes = fast
+        notes.append("fell back to the fastest plan")
+    return build_solution(
+        ip,
+        modes,
+        deadline,
+        status=status,
+        lower_bound=bound,
+        solver=solver or solver_name(),
+        method=method,
+        wall_time_s=time.perf_counter() - t0,
+        message="; ".join(notes),
+    )
