@@ -1,0 +1,135 @@
+"""Plan files: round trips and located validation errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from eopt.plan.pipeline import pipeline_plan
+from eopt.plan.planfile import Plan, PlanError, read_plan, write_plan
+
+GOOD = """\
+schema: eopt.plan/1
+name: tiny
+libraries: [lib.jsonl]
+deadline: 2.5
+devices:
+  - {name: g0, idle_power_w: 60, gpu: 0}
+  - {name: g1, idle_power_w: 55.5, transition: {time_s: 0.001, energy_j: 0.2}}
+elements:
+  - {name: A, device: g0, type: gemm}
+  - {name: B, device: g1, type: gemm, after: [A]}
+  - {name: C, device: g1, type: comm, after: [A]}
+groups:
+  - [B, C]
+"""
+
+
+def _write(tmp_path: Path, text: str, name: str = "plan.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_read_good_plan(tmp_path: Path) -> None:
+    plan = read_plan(_write(tmp_path, GOOD))
+    assert [d.name for d in plan.devices] == ["g0", "g1"]
+    assert plan.device("g1").transition_time_s == 0.001
+    assert plan.deadline == 2.5
+    assert plan.edges() == [("A", "B"), ("A", "C")]
+    assert plan.groups == (("B", "C"),)
+    # Libraries resolve relative to the plan file, not the working directory.
+    assert plan.library_paths() == [tmp_path / "lib.jsonl"]
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".json"])
+def test_round_trip(tmp_path: Path, suffix: str) -> None:
+    plan = read_plan(_write(tmp_path, GOOD))
+    out = tmp_path / f"copy{suffix}"
+    write_plan(out, plan)
+    again = read_plan(out)
+    assert again.to_dict() == plan.to_dict()
+
+
+def test_pipeline_plan_round_trips(tmp_path: Path) -> None:
+    plan = pipeline_plan(3, 4, 70.0, libraries=["x.jsonl"])
+    write_plan(tmp_path / "p.yaml", plan)
+    again = read_plan(tmp_path / "p.yaml")
+    assert again.edges() == plan.edges()
+    assert [e.type for e in again.elements] == [e.type for e in plan.elements]
+
+
+A_AFTER_C = "{name: A, device: g0, type: gemm, after: [C]}"
+BAD_CASES = [
+    (
+        GOOD.replace("after: [A]}\n  - {name: C", "after: [F9]}\n  - {name: C"),
+        r"plan.yaml: elements\[1\].after: unknown element 'F9'",
+    ),
+    (
+        GOOD.replace("device: g1, type: comm", "device: g7, type: comm"),
+        r"plan.yaml: elements\[2\].device: unknown device 'g7'",
+    ),
+    (
+        GOOD.replace("{name: A, device: g0, type: gemm}", A_AFTER_C),
+        r"plan.yaml: the elements' dependencies form a cycle",
+    ),
+    (
+        GOOD.replace("idle_power_w: 60, ", ""),
+        r"plan.yaml: devices\[0\]: field 'idle_power_w' is missing",
+    ),
+    (
+        GOOD.replace("idle_power_w: 60", "idle_power_w: -3"),
+        r"devices\[0\].idle_power_w: expected a finite number ≥ 0",
+    ),
+    (
+        GOOD.replace("{name: C, device: g1", "{name: B, device: g1"),
+        r"elements\[2\].name: element 'B' is already defined at elements\[1\]",
+    ),
+    (GOOD.replace("  - [B, C]", "  - [A, C]"), r"groups\[0\]: elements on different devices"),
+    (GOOD.replace("deadline: 2.5", "deadline: soon"), r"plan.yaml: deadline: expected a number"),
+    (GOOD.replace("name: tiny", "nmae: tiny"), r"unknown field\(s\) \['nmae'\]"),
+    (GOOD.replace("type: comm, ", "kind: comm, "), r"elements\[2\]: unknown field\(s\) \['kind'\]"),
+    ("devices: [\n  {name: g0\n", r"plan.yaml:\d+: not valid YAML"),
+    ("- 1\n- 2\n", r"expected a mapping at the top level"),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), BAD_CASES)
+def test_bad_plans_name_file_and_place(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(PlanError, match=message):
+        read_plan(_write(tmp_path, text))
+
+
+def test_cycle_names_its_elements(tmp_path: Path) -> None:
+    text = GOOD.replace(
+        "{name: A, device: g0, type: gemm}", "{name: A, device: g0, type: gemm, after: [B]}"
+    )
+    with pytest.raises(PlanError) as info:
+        read_plan(_write(tmp_path, text))
+    assert "A → B → A" in str(info.value) or "B → A → B" in str(info.value)
+
+
+def test_bad_json_names_line(tmp_path: Path) -> None:
+    path = _write(tmp_path, '{\n  "devices": [\n  oops\n]}', "plan.json")
+    with pytest.raises(PlanError, match=r"plan.json:3: not valid JSON"):
+        read_plan(path)
+
+
+def test_missing_file() -> None:
+    with pytest.raises(PlanError, match="no such plan file"):
+        read_plan("/nonexistent/plan.yaml")
+
+
+def test_plan_built_in_code_is_validated() -> None:
+    data = json.loads(json.dumps(read_plan_text(GOOD)))
+    data["elements"][0]["after"] = ["A"]
+    with pytest.raises(PlanError, match="depends on itself"):
+        Plan.from_dict(data)
+
+
+def read_plan_text(text: str) -> dict:  # type: ignore[type-arg]
+    import yaml
+
+    return yaml.safe_load(text)
