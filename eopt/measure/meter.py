@@ -1,0 +1,284 @@
+"""Energy meters: a device's cumulative energy counter, or a background power sampler.
+
+A :class:`Meter` watches one device for as long as it is open. Code marks window edges
+with :meth:`Meter.mark` (a timestamp on the device's clock) and later asks for the energy of
+any window with :meth:`Meter.energy`. The counter path reads the counter at every mark and
+also polls it on a timer, so windows recorded by another process (whose edges this process
+never saw) can still be charged. The sampler path polls the power sensor on the clock's
+schedule, never on the kernels' (the note in ``reference/kokkos-energy-note.txt`` explains
+why), and integrates the trace with the trapezoidal rule.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Literal
+
+from eopt.devices.base import Device, Timer
+from eopt.measure.trace import CounterTrace, SensorTrace
+
+__all__ = [
+    "DEFAULT_SENSOR_PERIOD_S",
+    "Meter",
+    "MeterError",
+    "WindowEnergy",
+    "sensor_period_s",
+]
+
+#: NVML refreshes its power reading every 100 ms; assumed when a device does not say.
+DEFAULT_SENSOR_PERIOD_S = 0.1
+
+MeterMethod = Literal["auto", "counter", "sampler"]
+
+
+class MeterError(RuntimeError):
+    """The meter cannot measure as asked (no counter, trace never covered a window …)."""
+
+
+@dataclass(frozen=True)
+class WindowEnergy:
+    """The energy of one window and how well it is known.
+
+    Attributes:
+        energy_j: Energy over the window, in J.
+        duration_s: Window length, in s.
+        method: ``counter`` or ``sampler``.
+        field: The sensor field used (``energy_counter`` or a power field name).
+        error_j: A rough bound on the integration error, in J (0 for the counter path):
+            the power jump across the edge intervals times the sensor period.
+        n_samples: Samples (or counter readings) strictly inside the window.
+        short: True when the window is shorter than ten sensor update periods, where
+            sampling cannot resolve it and ``error_j`` matters.
+    """
+
+    energy_j: float
+    duration_s: float
+    method: str
+    field: str
+    error_j: float
+    n_samples: int
+    short: bool
+
+    @property
+    def mean_power_w(self) -> float:
+        """E / T, in W (0 for an empty window)."""
+        return self.energy_j / self.duration_s if self.duration_s > 0 else 0.0
+
+    @property
+    def relative_error(self) -> float:
+        """``error_j / energy_j`` (inf for a zero-energy window with nonzero error)."""
+        if self.energy_j > 0:
+            return self.error_j / self.energy_j
+        return 0.0 if self.error_j == 0 else math.inf
+
+
+def sensor_period_s(device: Device) -> float:
+    """The device's power-sensor update period in s (``DEFAULT_SENSOR_PERIOD_S`` if unknown)."""
+    for attr in ("power_update_period_s", "sensor_period_s", "sensor_update_period_s"):
+        value = getattr(device, attr, None)
+        if callable(value):
+            value = value()
+        if isinstance(value, (int, float)) and value > 0:
+            return float(value)
+    return DEFAULT_SENSOR_PERIOD_S
+
+
+def _kind_of_field(field: str) -> str:
+    """``interval_mean`` for fields averaging over the refresh interval, else ``point``."""
+    return "interval_mean" if field == "average" else "point"
+
+
+class Meter:
+    """Measures a device's energy over windows marked on its clock.
+
+    Use as a context manager (or call :meth:`start` / :meth:`stop`)::
+
+        with Meter(device) as meter:
+            t0 = meter.mark()
+            run_kernel()
+            t1 = meter.mark()
+            print(meter.energy(t0, t1).energy_j)
+
+    Args:
+        device: The device to watch.
+        method: ``counter`` (cumulative energy counter; error if the device has none),
+            ``sampler`` (power sampling), or ``auto`` (the counter where it exists).
+        period_s: Polling period in s. Default: a tenth of the sensor update period for the
+            sampler (several samples per sensor update, so the trapezoids follow each step),
+            the sensor period for the counter.
+        sensor_kind: How to read the power field: ``point`` (the power at each refresh)
+            or ``interval_mean`` (the mean over each refresh interval). Default: from the
+            field's name (``average`` → ``interval_mean``, anything else → ``point``).
+    """
+
+    def __init__(
+        self,
+        device: Device,
+        method: MeterMethod = "auto",
+        period_s: float | None = None,
+        sensor_kind: str | None = None,
+    ) -> None:
+        if method not in ("auto", "counter", "sampler"):
+            raise ValueError(f"meter method must be auto, counter or sampler, got {method!r}")
+        self.device = device
+        self.clock = device.clock
+        self.sensor_period_s = sensor_period_s(device)
+        has_counter = device.energy_counter_j() is not None
+        if method == "counter" and not has_counter:
+            raise MeterError(
+                f"{device.name}: no energy counter on this device; use method='sampler'"
+            )
+        use_counter = method == "counter" or (method == "auto" and has_counter)
+        self.method: str = "counter" if use_counter else "sampler"
+        default = self.sensor_period_s if self.method == "counter" else self.sensor_period_s / 10
+        self.period_s = float(period_s) if period_s is not None else default
+        if not self.period_s > 0:
+            raise ValueError(f"meter period must be positive, got {period_s}")
+        self.sensor_kind = sensor_kind
+        self.power_trace: SensorTrace | None = None
+        self.counter_trace = CounterTrace()
+        self.field: str = "energy_counter" if self.method == "counter" else "unknown"
+        self._timer: Timer | None = None
+
+    # lifecycle ---------------------------------------------------------------------------
+    def start(self) -> Meter:
+        """Take a first reading and start polling; returns ``self``."""
+        if self._timer is not None:
+            return self
+        self._poll(self.clock.now())
+        self._timer = self.clock.every(self.period_s, self._poll)
+        return self
+
+    def stop(self) -> None:
+        """Stop polling (the traces stay readable)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    @property
+    def running(self) -> bool:
+        """Whether the meter is polling."""
+        return self._timer is not None
+
+    def __enter__(self) -> Meter:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _poll(self, now: float) -> None:
+        if self.method == "counter":
+            value = self.device.energy_counter_j()
+            if value is not None:
+                self.counter_trace.append(self.clock.now(), value)
+        else:
+            reading = self.device.power()
+            if self.power_trace is None:
+                kind = self.sensor_kind or _kind_of_field(reading.field)
+                self.power_trace = SensorTrace(kind, self.sensor_period_s)
+            self.power_trace.append(reading.time_s, reading.power_w, reading.field)
+            self.field = reading.field
+
+    # windows -----------------------------------------------------------------------------
+    def mark(self) -> float:
+        """The current time on the device's clock, in s; on the counter path the counter is
+        read at this instant too, so windows between marks are exact."""
+        now = self.clock.now()
+        if self.method == "counter":
+            value = self.device.energy_counter_j()
+            if value is None:
+                raise MeterError(f"{self.device.name}: the energy counter stopped answering")
+            self.counter_trace.append(now, value)
+        return now
+
+    def wait_until_covered(self, end_s: float, max_wait_s: float | None = None) -> None:
+        """Let time pass until the trace has a reading at or after ``end_s``.
+
+        Raises:
+            MeterError: when no reading arrives within ``max_wait_s`` (default: ten polling
+                periods plus one second).
+        """
+        trace = self.counter_trace if self.method == "counter" else self.power_trace
+        if trace is None:
+            raise MeterError("the meter was never started; call start() or use `with`")
+        if len(trace) and trace.span[1] >= end_s:
+            return
+        if self._timer is None:
+            raise MeterError(
+                f"the meter was stopped before a reading after t={end_s:.6g} s; "
+                "read window energies before stopping the meter"
+            )
+        budget = max_wait_s if max_wait_s is not None else 10 * self.period_s + 1.0
+        waited = 0.0
+        step = self.period_s / 2
+        while trace.span[1] < end_s:
+            if waited > budget:
+                raise MeterError(
+                    f"no {self.method} reading after t={end_s:.6g} s within {budget:.3g} s; "
+                    "is the device's sensor answering?"
+                )
+            self.clock.sleep(step)
+            waited += step
+
+    def energy(self, start_s: float, end_s: float) -> WindowEnergy:
+        """Energy over ``[start_s, end_s]`` (times from :meth:`mark` or the same clock).
+
+        Waits for the next sample when the window ends after the last one.
+
+        Raises:
+            MeterError: when the trace does not cover the window.
+        """
+        duration = end_s - start_s
+        if self.method == "sampler" and self.running:
+            # Two more sensor periods let the integration see the refresh after the edge.
+            self.wait_until_covered(end_s + 2 * self.sensor_period_s)
+        else:
+            self.wait_until_covered(end_s)
+        short = duration < 10 * self.sensor_period_s
+        if self.method == "counter":
+            if not self.counter_trace.covers(start_s, end_s):
+                raise MeterError(
+                    f"the energy counter was not read before t={start_s:.6g} s; "
+                    "start the meter before the window opens"
+                )
+            got = self.counter_trace.integrate(start_s, end_s)
+            return WindowEnergy(
+                got.energy_j, duration, "counter", self.field, 0.0, got.n_samples, short
+            )
+        if self.power_trace is None or not self.power_trace.covers(start_s, end_s):
+            raise MeterError(
+                f"power was not sampled before t={start_s:.6g} s; "
+                "start the meter before the window opens"
+            )
+        got = self.power_trace.integrate(start_s, end_s)
+        # The sensor refreshes once a sensor period P, so what happened inside the refresh
+        # interval around an edge is unseen: each edge can shift the integral by up to the
+        # power change seen around it times P.
+        p = self.sensor_period_s
+        error = p * (
+            self.power_trace.power_range_w(start_s - p, start_s + 2 * p)
+            + self.power_trace.power_range_w(end_s - p, end_s + 2 * p)
+        )
+        return WindowEnergy(
+            got.energy_j, duration, "sampler", self.field, error, got.n_samples, short
+        )
+
+    def describe(self) -> dict[str, object]:
+        """What goes into ``Signature.meta``: method, power field, periods."""
+        trace = self.power_trace
+        fields = dict(trace.fields) if trace is not None else {}
+        return {
+            "method": self.method,
+            "power_field": self.field,
+            "sensor_kind": trace.kind if trace is not None else None,
+            "fields_read": fields,
+            "poll_period_s": self.period_s,
+            "sensor_period_s": self.sensor_period_s,
+        }

@@ -1,0 +1,476 @@
+"""Named, nested regions: which part of a program spent the energy.
+
+Mark regions with a context manager or a decorator::
+
+    from eopt.measure import regions
+
+    with regions.region("forward"):
+        model(x)
+
+    @regions.region("backward")
+    def backward(): ...
+
+Recording a region only takes two timestamps; energy is charged afterwards from a meter's
+trace (:func:`attribute_regions`), so regions are cheap and can nest freely.
+
+**Child processes** (``eopt measure -- CMD``): when the environment variable
+``EOPT_REGIONS_FILE`` names a file, every region that closes appends one JSON line to it::
+
+    {"schema": "eopt.region/1", "name": "forward", "path": ["step", "forward"],
+     "start_s": 1234.5, "end_s": 1234.9, "pid": 4242, "clock": "perf_counter"}
+
+Times are ``time.perf_counter()`` seconds, the system-wide monotonic clock on Linux, so
+the measuring process can place them on its own power trace. Any program (not only Python)
+can write such lines itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+from eopt.devices.base import Clock
+
+__all__ = [
+    "REGIONS_FILE_ENV",
+    "RegionError",
+    "RegionRecorder",
+    "RegionReport",
+    "RegionStats",
+    "RegionWindow",
+    "attribute_regions",
+    "default_recorder",
+    "read_region_windows",
+    "region",
+    "use_recorder",
+]
+
+#: Environment variable naming the JSON-lines file a child process reports regions to.
+REGIONS_FILE_ENV = "EOPT_REGIONS_FILE"
+REGION_SCHEMA = "eopt.region/1"
+
+
+class RegionError(ValueError):
+    """Misused regions (closing one that is not open) or a bad regions file."""
+
+
+@dataclass(frozen=True)
+class RegionWindow:
+    """One closed region call.
+
+    Attributes:
+        name: The region's name.
+        path: Names from the outermost open region to this one.
+        start_s: Start on the recorder's clock, in s.
+        end_s: End on the recorder's clock, in s.
+        pid: The process that recorded it.
+    """
+
+    name: str
+    path: tuple[str, ...]
+    start_s: float
+    end_s: float
+    pid: int = 0
+
+    @property
+    def key(self) -> str:
+        """The region's path joined with ``/`` (how reports group calls)."""
+        return "/".join(self.path)
+
+    @property
+    def depth(self) -> int:
+        """Nesting depth (0 for an outermost region)."""
+        return len(self.path) - 1
+
+    @property
+    def duration_s(self) -> float:
+        """Length in s."""
+        return self.end_s - self.start_s
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``eopt.region/1`` JSON line."""
+        return {
+            "schema": REGION_SCHEMA,
+            "name": self.name,
+            "path": list(self.path),
+            "start_s": self.start_s,
+            "end_s": self.end_s,
+            "pid": self.pid,
+            "clock": "perf_counter",
+        }
+
+
+class _PerfClock:
+    """``time.perf_counter`` as a minimal clock (regions only need ``now``)."""
+
+    def now(self) -> float:
+        return time.perf_counter()
+
+
+class _Region(contextlib.ContextDecorator):
+    """A region handle: a context manager and a decorator (re-entrant, thread-safe)."""
+
+    def __init__(self, recorder: RegionRecorder, name: str) -> None:
+        self._recorder = recorder
+        self.name = name
+
+    def __enter__(self) -> _Region:
+        self._recorder.enter(self.name)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        # A region that raised still ran and still spent energy: record it.
+        self._recorder.exit(self.name)
+
+
+class RegionRecorder:
+    """Records region windows on one clock, optionally appending them to a file.
+
+    Args:
+        clock: Where timestamps come from (a device's clock to measure against that
+            device; default ``time.perf_counter``).
+        sink: A JSON-lines file each closed region is appended to (the child-process
+            protocol, see the module docstring).
+    """
+
+    def __init__(self, clock: Clock | None = None, sink: str | os.PathLike[str] | None = None):
+        self.clock = clock if clock is not None else _PerfClock()
+        self.windows: list[RegionWindow] = []
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._sink_path = Path(sink) if sink is not None else None
+        self._sink: IO[str] | None = None
+        self._pid = os.getpid()
+
+    def _stack(self) -> list[tuple[str, float]]:
+        stack = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+        return stack  # type: ignore[no-any-return]
+
+    def region(self, name: str) -> _Region:
+        """A region named ``name``: ``with rec.region("fwd"):`` or ``@rec.region("fwd")``."""
+        if not isinstance(name, str) or not name or "/" in name:
+            raise RegionError(f"region name must be a non-empty string without '/', got {name!r}")
+        return _Region(self, name)
+
+    def enter(self, name: str) -> None:
+        """Open region ``name`` (prefer :meth:`region`)."""
+        self._stack().append((name, self.clock.now()))
+
+    def exit(self, name: str) -> RegionWindow:
+        """Close the innermost region, which must be ``name``.
+
+        Raises:
+            RegionError: when ``name`` is not the innermost open region.
+        """
+        end = self.clock.now()
+        stack = self._stack()
+        if not stack or stack[-1][0] != name:
+            open_name = stack[-1][0] if stack else None
+            raise RegionError(
+                f"closing region {name!r} but the innermost open region is {open_name!r}; "
+                "regions must nest"
+            )
+        path = tuple(n for n, _ in stack)
+        _, start = stack.pop()
+        window = RegionWindow(name, path, start, end, self._pid)
+        with self._lock:
+            self.windows.append(window)
+            if self._sink_path is not None:
+                self._write(window)
+        return window
+
+    def _write(self, window: RegionWindow) -> None:
+        if self._sink is None:
+            # Line-buffered append: each line reaches the file when the region closes, so a
+            # crashing child still leaves its finished regions behind.
+            self._sink = self._sink_path.open("a", encoding="utf-8", buffering=1)  # type: ignore[union-attr]
+        self._sink.write(json.dumps(window.to_dict()) + "\n")
+
+    def close(self) -> None:
+        """Close the sink file (regions recorded later reopen it)."""
+        with self._lock:
+            if self._sink is not None:
+                self._sink.close()
+                self._sink = None
+
+    def clear(self) -> None:
+        """Forget recorded windows (open regions stay open)."""
+        with self._lock:
+            self.windows.clear()
+
+
+# The module-level API ---------------------------------------------------------------------
+_default: RegionRecorder | None = None
+_default_lock = threading.Lock()
+
+
+def default_recorder() -> RegionRecorder:
+    """The recorder behind :func:`region`: ``perf_counter`` timestamps, appended to
+    ``$EOPT_REGIONS_FILE`` when it is set."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = RegionRecorder(sink=os.environ.get(REGIONS_FILE_ENV) or None)
+        return _default
+
+
+@contextlib.contextmanager
+def use_recorder(recorder: RegionRecorder) -> Iterator[RegionRecorder]:
+    """Make ``recorder`` the one behind :func:`region` inside the ``with`` block."""
+    global _default
+    with _default_lock:
+        previous, _default = _default, recorder
+    try:
+        yield recorder
+    finally:
+        with _default_lock:
+            _default = previous
+
+
+class _DefaultRegion(contextlib.ContextDecorator):
+    """A region bound to whichever recorder is the default when it is entered."""
+
+    def __init__(self, name: str) -> None:
+        if not isinstance(name, str) or not name or "/" in name:
+            raise RegionError(f"region name must be a non-empty string without '/', got {name!r}")
+        self.name = name
+        self._local = threading.local()
+
+    def __enter__(self) -> _DefaultRegion:
+        rec = default_recorder()
+        stack = getattr(self._local, "recorders", None)
+        if stack is None:
+            stack = self._local.recorders = []
+        stack.append(rec)
+        rec.enter(self.name)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._local.recorders.pop().exit(self.name)
+
+
+def region(name: str) -> _DefaultRegion:
+    """A named region on the default recorder (context manager or decorator)."""
+    return _DefaultRegion(name)
+
+
+# Reading a regions file -------------------------------------------------------------------
+def read_region_windows(path: str | os.PathLike[str]) -> list[RegionWindow]:
+    """Read a regions file written by child processes.
+
+    A missing file means no regions were recorded (an empty list). A last line cut short
+    (a child killed mid-write) is ignored; any other bad line is an error.
+
+    Raises:
+        RegionError: naming ``file:line`` and what is wrong.
+    """
+    p = Path(path)
+    if not p.exists():
+        return []
+    lines = p.read_text(encoding="utf-8").splitlines()
+    out: list[RegionWindow] = []
+    for lineno, line in enumerate(lines, start=1):
+        text = line.strip()
+        if not text:
+            continue
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            if lineno == len(lines) and not p.read_text(encoding="utf-8").endswith("\n"):
+                continue  # a write cut short by a crash: the region never finished
+            raise RegionError(
+                f"{p}:{lineno}: not valid JSON ({exc.msg}); expected one "
+                "eopt.region/1 object a line"
+            ) from None
+        out.append(_window_from_dict(data, f"{p}:{lineno}"))
+    return out
+
+
+def _window_from_dict(data: Any, where: str) -> RegionWindow:
+    if not isinstance(data, dict):
+        raise RegionError(f"{where}: expected a JSON object")
+    schema = data.get("schema", REGION_SCHEMA)
+    if schema != REGION_SCHEMA:
+        raise RegionError(f"{where}: schema {schema!r} is not {REGION_SCHEMA!r}")
+    try:
+        name = str(data["name"])
+        start, end = float(data["start_s"]), float(data["end_s"])
+    except KeyError as exc:
+        raise RegionError(f"{where}: field {exc.args[0]!r} is missing") from None
+    except (TypeError, ValueError):
+        raise RegionError(f"{where}: start_s and end_s must be numbers (seconds)") from None
+    path = data.get("path") or [name]
+    if not isinstance(path, list) or not all(isinstance(x, str) for x in path):
+        raise RegionError(f"{where}: path must be a list of region names")
+    if end < start:
+        raise RegionError(f"{where}: region {name!r} ends ({end}) before it starts ({start})")
+    return RegionWindow(name, tuple(path), start, end, int(data.get("pid", 0)))
+
+
+# Attribution ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RegionStats:
+    """One region's totals over its calls.
+
+    Attributes:
+        key: The region path (``outer/inner``).
+        depth: Nesting depth.
+        calls: Number of calls.
+        time_s: Inclusive time summed over calls, in s.
+        energy_j: Inclusive energy summed over calls, in J.
+        error_j: Summed integration-error bound of the calls, in J.
+        short_calls: Calls shorter than ten sensor periods (poorly resolved).
+        share: energy_j / total energy of the measured span.
+    """
+
+    key: str
+    depth: int
+    calls: int
+    time_s: float
+    energy_j: float
+    error_j: float
+    short_calls: int
+    share: float
+
+    @property
+    def mean_power_w(self) -> float:
+        """Energy over time, in W."""
+        return self.energy_j / self.time_s if self.time_s > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready mapping."""
+        return {
+            "region": self.key,
+            "depth": self.depth,
+            "calls": self.calls,
+            "time_s": self.time_s,
+            "energy_j": self.energy_j,
+            "mean_power_w": self.mean_power_w,
+            "share": self.share,
+            "error_j": self.error_j,
+            "short_calls": self.short_calls,
+        }
+
+
+@dataclass(frozen=True)
+class RegionReport:
+    """Per-region energy of a measured span, and what fell outside every region.
+
+    Attributes:
+        regions: Per-region totals, in first-seen order.
+        total_energy_j: Energy of the whole span, in J.
+        total_time_s: Length of the span, in s.
+        outside_energy_j: Energy of the span outside every region, in J.
+        outside_time_s: Time outside every region, in s.
+        meter: The meter's description (method, power field …).
+    """
+
+    regions: tuple[RegionStats, ...]
+    total_energy_j: float
+    total_time_s: float
+    outside_energy_j: float
+    outside_time_s: float
+    meter: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready mapping."""
+        return {
+            "schema": "eopt.regions-report/1",
+            "total_energy_j": self.total_energy_j,
+            "total_time_s": self.total_time_s,
+            "mean_power_w": self.total_energy_j / self.total_time_s if self.total_time_s else 0.0,
+            "outside_energy_j": self.outside_energy_j,
+            "outside_time_s": self.outside_time_s,
+            "outside_share": (
+                self.outside_energy_j / self.total_energy_j if self.total_energy_j > 0 else 0.0
+            ),
+            "meter": dict(self.meter),
+            "regions": [r.to_dict() for r in self.regions],
+        }
+
+
+def _union(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    merged: list[tuple[float, float]] = []
+    for a, b in sorted(intervals):
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return merged
+
+
+def attribute_regions(
+    windows: Iterable[RegionWindow], meter: Any, start_s: float, end_s: float
+) -> RegionReport:
+    """Charge each region the energy the meter saw during its calls.
+
+    Args:
+        windows: Closed region calls (any nesting, any processes, one clock).
+        meter: A started :class:`eopt.measure.meter.Meter` on the same clock.
+        start_s: Start of the measured span (the parts of windows outside it are cut off).
+        end_s: End of the measured span.
+
+    Returns:
+        Inclusive energy per region (nested regions are also counted in their parents),
+        and the energy of the span outside every region.
+
+    Assumptions:
+        The device's whole-board energy is attributed: regions that overlap in time
+        (threads, processes, streams) are each charged the full overlap.
+    """
+    total = meter.energy(start_s, end_s)
+    groups: dict[str, list[RegionWindow]] = {}
+    clipped: list[tuple[float, float]] = []
+    for w in windows:
+        a, b = max(w.start_s, start_s), min(w.end_s, end_s)
+        if b < a:
+            continue  # entirely outside the measured span
+        groups.setdefault(w.key, []).append(RegionWindow(w.name, w.path, a, b, w.pid))
+        clipped.append((a, b))
+    stats = []
+    for key, calls in groups.items():
+        energies = [meter.energy(c.start_s, c.end_s) for c in calls]
+        energy = sum(e.energy_j for e in energies)
+        stats.append(
+            RegionStats(
+                key=key,
+                depth=calls[0].depth,
+                calls=len(calls),
+                time_s=sum(c.duration_s for c in calls),
+                energy_j=energy,
+                error_j=sum(e.error_j for e in energies),
+                short_calls=sum(1 for e in energies if e.short),
+                share=energy / total.energy_j if total.energy_j > 0 else 0.0,
+            )
+        )
+    union = _union(clipped)
+    inside_energy = sum(meter.energy(a, b).energy_j for a, b in union)
+    inside_time = sum(b - a for a, b in union)
+    return RegionReport(
+        regions=tuple(stats),
+        total_energy_j=total.energy_j,
+        total_time_s=total.duration_s,
+        outside_energy_j=max(0.0, total.energy_j - inside_energy),
+        outside_time_s=max(0.0, total.duration_s - inside_time),
+        meter=meter.describe(),
+    )

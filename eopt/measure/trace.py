@@ -1,0 +1,271 @@
+"""Energy over a time window from a power sensor's readings or an energy counter.
+
+Both traces are pure data: the meter (:mod:`eopt.measure.meter`) fills them from a device,
+and a region's energy is read off them afterwards for any window they cover.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from dataclasses import dataclass
+
+__all__ = ["CounterTrace", "SensorTrace", "TraceCoverageError", "WindowIntegral"]
+
+
+class TraceCoverageError(ValueError):
+    """A window reaches outside the span of the recorded trace."""
+
+
+@dataclass(frozen=True)
+class WindowIntegral:
+    """The integral of a trace over one window.
+
+    Attributes:
+        energy_j: Energy over the window, in J.
+        n_samples: Samples strictly inside the window.
+        edge_jump_w: Largest power change across a sample interval that contains an edge,
+            in W (how much the unseen edge behaviour could matter).
+    """
+
+    energy_j: float
+    n_samples: int
+    edge_jump_w: float
+
+
+class CounterTrace:
+    """Timestamped readings of a cumulative energy counter.
+
+    Between readings the energy is interpolated linearly (constant power); a window whose
+    edges were read directly (the meter reads the counter at every mark) is exact up to the
+    counter's own resolution.
+    """
+
+    def __init__(self) -> None:
+        self._t: list[float] = []
+        self._e: list[float] = []
+        self._lock = threading.Lock()
+
+    def append(self, time_s: float, energy_j: float) -> None:
+        """Add one reading; readings that do not advance in time are ignored."""
+        with self._lock:
+            if self._t and time_s <= self._t[-1]:
+                return
+            self._t.append(time_s)
+            self._e.append(energy_j)
+
+    def __len__(self) -> int:
+        return len(self._t)
+
+    @property
+    def span(self) -> tuple[float, float]:
+        """(first, last) reading time in s; (nan, nan) when empty."""
+        with self._lock:
+            if not self._t:
+                return (float("nan"), float("nan"))
+            return (self._t[0], self._t[-1])
+
+    def covers(self, start_s: float, end_s: float) -> bool:
+        """Whether readings exist at or before ``start_s`` and at or after ``end_s``."""
+        first, last = self.span
+        return bool(self._t) and first <= start_s and last >= end_s
+
+    def _at(self, time_s: float) -> float:
+        i = bisect.bisect_right(self._t, time_s) - 1
+        if i >= 0 and self._t[i] == time_s:
+            return self._e[i]
+        i = min(max(i, 0), len(self._t) - 2)
+        t0, t1 = self._t[i], self._t[i + 1]
+        return self._e[i] + (time_s - t0) / (t1 - t0) * (self._e[i + 1] - self._e[i])
+
+    def integrate(self, start_s: float, end_s: float) -> WindowIntegral:
+        """Energy over ``[start_s, end_s]``.
+
+        Raises:
+            TraceCoverageError: when no readings bracket the window.
+        """
+        if end_s < start_s:
+            raise ValueError(f"window ends ({end_s}) before it starts ({start_s})")
+        with self._lock:
+            if not self._t or self._t[0] > start_s or self._t[-1] < end_s:
+                first = self._t[0] if self._t else float("nan")
+                last = self._t[-1] if self._t else float("nan")
+                raise TraceCoverageError(
+                    f"energy counter read over [{first:.6g}, {last:.6g}] s but the window is "
+                    f"[{start_s:.6g}, {end_s:.6g}] s"
+                )
+            if len(self._t) == 1:
+                return WindowIntegral(0.0, 0, 0.0)
+            inside = bisect.bisect_right(self._t, end_s) - bisect.bisect_right(self._t, start_s)
+            return WindowIntegral(self._at(end_s) - self._at(start_s), inside, 0.0)
+
+
+class SensorTrace:
+    """Polled readings of a power sensor that refreshes only every sensor period.
+
+    The sensor is polled much faster than it refreshes, so each refresh shows up as a new
+    value at a poll; that fixes the refresh instant ``u_k`` to within one polling period.
+    A repeated value is not a new refresh, but the refresh one period before a change is
+    known to have carried the old value.
+
+    Two sensor kinds:
+
+    * ``point`` (e.g. NVML's instantaneous power): ``r_k`` is the power at ``u_k``; between
+      refreshes the power is taken as linear (trapezoidal rule).
+    * ``interval_mean`` (a field averaging over the refresh interval, the simulator's
+      ``average``): ``r_k`` is the mean power over ``(u_{k−1}, u_k]``, so the energy up to
+      every refresh instant is exact.
+
+    At a window edge inside a refresh interval, the power is assumed to step at the edge
+    (a region edge is where the load changes): for ``point`` the reading on the inside of
+    the edge is held up to it; for ``interval_mean`` the part of the interval outside the
+    edge is charged at the neighbouring interval's mean and the rest goes inside. Both are
+    exact for a load that steps at the window edges.
+    """
+
+    def __init__(self, kind: str = "point", period_s: float = 0.1) -> None:
+        if kind not in ("point", "interval_mean"):
+            raise ValueError(f"sensor kind must be 'point' or 'interval_mean', got {kind!r}")
+        if not period_s > 0:
+            raise ValueError(f"sensor period must be positive, got {period_s}")
+        self.kind = kind
+        self.period_s = float(period_s)
+        self._raw_first = float("nan")
+        self._raw_last = float("nan")
+        self._last_value: float | None = None
+        self._u: list[float] = []  # refresh instants
+        self._r: list[float] = []  # readings
+        self._cum: list[float] = []  # energy from u_0 to u_k, in J
+        self.fields: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def append(self, time_s: float, power_w: float, field: str = "power") -> None:
+        """Add one poll of the sensor (polls must come in time order)."""
+        with self._lock:
+            self.fields[field] = self.fields.get(field, 0) + 1
+            if self._last_value is not None and time_s <= self._raw_last:
+                return
+            if self._last_value is None:
+                self._raw_first = time_s
+                self._push(time_s, power_w)
+            elif power_w != self._last_value:
+                # A point reading is placed at the first poll that saw it (never before the
+                # refresh, so a step just after a window edge stays outside the window); an
+                # interval mean midway between polls (unbiased for the energy it carries).
+                u = time_s if self.kind == "point" else 0.5 * (self._raw_last + time_s)
+                # An unchanged reading was refreshed too: the old value still held at the
+                # refresh one period before this one (for a point reading, placed as early
+                # as it can have been, the mirror of placing the new reading late).
+                held = (self._raw_last if self.kind == "point" else u) - self.period_s
+                if held > self._u[-1] + 1e-12:
+                    self._push(held, self._last_value)
+                self._push(u, power_w)
+            self._last_value = power_w
+            self._raw_last = time_s
+
+    def _push(self, u: float, r: float) -> None:
+        if not self._u:
+            self._cum.append(0.0)
+        elif self.kind == "interval_mean":
+            self._cum.append(self._cum[-1] + r * (u - self._u[-1]))
+        else:
+            self._cum.append(self._cum[-1] + 0.5 * (r + self._r[-1]) * (u - self._u[-1]))
+        self._u.append(u)
+        self._r.append(r)
+
+    def __len__(self) -> int:
+        return len(self._u)
+
+    @property
+    def span(self) -> tuple[float, float]:
+        """(first, last) poll time in s; (nan, nan) when empty."""
+        with self._lock:
+            return (self._raw_first, self._raw_last)
+
+    def covers(self, start_s: float, end_s: float) -> bool:
+        """Whether polls exist at or before ``start_s`` and at or after ``end_s``."""
+        first, last = self.span
+        return first <= start_s and last >= end_s
+
+    def refreshes(self) -> tuple[list[float], list[float]]:
+        """Copies of the refresh instants (s) and readings (W)."""
+        with self._lock:
+            return list(self._u), list(self._r)
+
+    def power_range_w(self, start_s: float, end_s: float) -> float:
+        """max − min of the readings refreshed in ``[start_s, end_s]`` and the one in force
+        at ``start_s``, in W."""
+        with self._lock:
+            lo = max(bisect.bisect_right(self._u, start_s) - 1, 0)
+            hi = bisect.bisect_right(self._u, end_s)
+            chunk = self._r[lo:hi]
+            return max(chunk) - min(chunk) if len(chunk) > 1 else 0.0
+
+    # integration -------------------------------------------------------------------------
+    def _interval_mean_window(self, a: float, b: float) -> float:
+        u, r, cum = self._u, self._r, self._cum
+        n = len(u)
+        i = bisect.bisect_left(u, a)  # first refresh at or after a
+        j = bisect.bisect_right(u, b) - 1  # last refresh at or before b
+
+        def mean_after(k: int) -> float | None:  # mean of (u_k, u_{k+1}]
+            return r[k + 1] if k + 1 < n else None
+
+        if i > j:  # no refresh inside: a and b share the interval (u_{i-1}, u_i]
+            if i >= n:
+                return r[-1] * (b - a)
+            if i == 0:
+                return r[0] * (b - a)
+            inside = r[i] * (u[i] - u[i - 1])
+            inside -= r[i - 1] * (a - u[i - 1]) if i >= 2 else r[i] * (a - u[i - 1])
+            after = mean_after(i)
+            inside -= (after if after is not None else r[i]) * (u[i] - b)
+            return max(inside, 0.0)
+        energy = cum[j] - cum[i]
+        # start piece [a, u_i] inside interval (u_{i-1}, u_i]
+        if i >= 1 and u[i] > a:
+            before = r[i - 1] if i >= 2 else r[i]
+            energy += max(r[i] * (u[i] - u[i - 1]) - before * (a - u[i - 1]), 0.0)
+        # end piece [u_j, b] inside interval (u_j, u_{j+1}]
+        if b > u[j]:
+            nxt = mean_after(j)
+            if nxt is None:
+                energy += r[j] * (b - u[j])
+            else:
+                following = mean_after(j + 1)
+                after = following if following is not None else nxt
+                energy += max(nxt * (u[j + 1] - u[j]) - after * (u[j + 1] - b), 0.0)
+        return energy
+
+    def _point_window(self, a: float, b: float) -> float:
+        u, r, cum = self._u, self._r, self._cum
+        n = len(u)
+        # A refresh exactly at the start edge read the power just before the window.
+        i = bisect.bisect_right(u, a)
+        j = bisect.bisect_right(u, b) - 1
+        if i > j:  # no refresh inside: the window saw one reading
+            k = i if i < n else n - 1
+            return r[k] * (b - a)
+        return cum[j] - cum[i] + r[i] * (u[i] - a) + r[j] * (b - u[j])
+
+    def integrate(self, start_s: float, end_s: float) -> WindowIntegral:
+        """Energy over ``[start_s, end_s]``.
+
+        Raises:
+            TraceCoverageError: when polls do not reach both edges.
+        """
+        if end_s < start_s:
+            raise ValueError(f"window ends ({end_s}) before it starts ({start_s})")
+        if not self.covers(start_s, end_s):
+            first, last = self.span
+            raise TraceCoverageError(
+                f"power sensor polled over [{first:.6g}, {last:.6g}] s but the window is "
+                f"[{start_s:.6g}, {end_s:.6g}] s"
+            )
+        with self._lock:
+            if self.kind == "interval_mean":
+                energy = self._interval_mean_window(start_s, end_s)
+            else:
+                energy = self._point_window(start_s, end_s)
+            inside = bisect.bisect_right(self._u, end_s) - bisect.bisect_left(self._u, start_s)
+        return WindowIntegral(energy_j=energy, n_samples=inside, edge_jump_w=0.0)
