@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 import click
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -59,12 +60,12 @@ def _print_schedule(schedule: Schedule) -> None:
         console.print(f"lower bound  {schedule.lower_bound:.6g} J  (gap {gap})", highlight=False)
     solver = schedule.solver
     console.print(
-        f"solver       {solver.get('name')} [{solver.get('status')}] in "
+        f"solver       {escape(str(solver.get('name')))}, status {solver.get('status')}, "
         f"{float(solver.get('wall_time_s') or 0.0):.2f} s",
         highlight=False,
     )
     if solver.get("message"):
-        console.print(f"             {solver['message']}", highlight=False)
+        console.print(f"             {escape(str(solver['message']))}", highlight=False)
     base = schedule.baseline
     if base:
         saved = base["energy"] - schedule.energy
@@ -118,7 +119,8 @@ def _run_frontier(
         console=err_console,
         transient=True,
     ) as progress:
-        task = progress.add_task("plan frontier", total=points)
+        # The bar pulses until the solver reports progress (when it supports a callback).
+        task = progress.add_task("plan frontier", total=None)
 
         def report(done: int, total: int) -> None:
             progress.update(task, completed=done, total=total)
@@ -131,7 +133,6 @@ def _run_frontier(
             progress=report,
             time_limit_per_point=time_limit,
         )
-        progress.update(task, completed=points)
     return result
 
 
