@@ -67,6 +67,8 @@ def frontier_svg(
     bars, dominated points grey, the chosen point and the baseline marked."""
     scale_t = 1e3 if time_unit == "ms" else 1.0
     left, right, top, bottom = MARGIN
+    legend, legend_rows = _legend_frontier(points, left, width - right)
+    top += 18 * legend_rows  # the legend sits above the plot area, never over data
     values_y = [p.energy_j for p in points]
     values_y += [p.low_j for p in points if p.low_j is not None]
     values_y += [p.high_j for p in points if p.high_j is not None]
@@ -113,7 +115,7 @@ def frontier_svg(
         )
         tip = p.label or f"{fmt_num(p.time_s * scale_t)} {time_unit}, {fmt_num(p.energy_j)} J"
         out.append(f'{shape} class="pt {esc(p.kind)}"><title>{esc(tip)}</title>' + _close(shape))
-    out.append(_legend_frontier(points, width))
+    out.append(legend)
     out.append("</svg>")
     return "".join(out)
 
@@ -122,28 +124,37 @@ def _close(shape: str) -> str:
     return "</rect>" if shape.startswith("<rect") else "</circle>"
 
 
-def _legend_frontier(points: Sequence[PlotPoint], width: float) -> str:
+def _legend_frontier(points: Sequence[PlotPoint], x_min: float, x_max: float) -> tuple[str, int]:
+    """The legend as rows of swatches above the plot area; returns (svg, rows)."""
     names = {
         "frontier": "Pareto frontier",
         "dominated": "dominated",
         "bound": "lower bound",
-        "chosen": "chosen schedule",
+        "chosen": "chosen",
         "baseline": "all-fastest baseline",
     }
     kinds = [k for k in names if any(p.kind == k for p in points)]
+    step = 140.0
+    per_row = max(1, int((x_max - x_min) // step))
     out = ['<g class="legend">']
-    x0 = width - MARGIN[1] - 150
     for i, kind in enumerate(kinds):
-        y0 = MARGIN[2] + 10 + 16 * i
+        x0 = x_min + 6 + step * (i % per_row)
+        y0 = 12.0 + 18 * (i // per_row)
         if kind == "baseline":
             out.append(
                 f'<rect class="pt {kind}" x="{x0 - 4:.1f}" y="{y0 - 4:.1f}" width="8" height="8"/>'
+            )
+        elif kind == "bound":
+            out.append(
+                f'<line class="bound-line" x1="{x0 - 6:.1f}" x2="{x0 + 6:.1f}" '
+                f'y1="{y0:.1f}" y2="{y0:.1f}"/>'
             )
         else:
             out.append(f'<circle class="pt {kind}" cx="{x0:.1f}" cy="{y0:.1f}" r="4"/>')
         out.append(f'<text x="{x0 + 10:.1f}" y="{y0 + 4:.1f}">{esc(names[kind])}</text>')
     out.append("</g>")
-    return "".join(out)
+    rows = (len(kinds) + per_row - 1) // per_row if kinds else 0
+    return "".join(out), rows
 
 
 def setting_key(element: ScheduledElement) -> float | None:
@@ -165,7 +176,11 @@ def gantt_svg(schedule: Schedule, *, width: float = 960, row_height: float = 30)
     legend_rows = math.ceil(len(legend_keys) / 6) if legend_keys else 0
     plot_h = row_height * max(1, len(devices))
     height = top + plot_h + 40 + 18 * legend_rows
-    horizon = max(schedule.makespan, max((e.end for e in schedule.elements), default=0.0))
+    horizon = max(
+        schedule.makespan,
+        schedule.deadline or 0.0,
+        max((e.end for e in schedule.elements), default=0.0),
+    )
     x = Scale(0.0, horizon if horizon > 0 else 1.0, left, width - right)
     out = [svg_open(width, height, "Schedule per device", "chart gantt")]
     out.append(
@@ -179,7 +194,7 @@ def gantt_svg(schedule: Schedule, *, width: float = 960, row_height: float = 30)
         busy = sum(e.duration for e in elements)
         idle_s = max(0.0, schedule.makespan - busy)
         out.append(
-            f'<rect class="idle" x="{x(0):.1f}" y="{y0 + 3:.1f}" width="{x(horizon) - x(0):.1f}" '
+            f'<rect class="idle" x="{x(0):.1f}" y="{y0 + 3:.1f}" width="{x(schedule.makespan) - x(0):.1f}" '
             f'height="{row_height - 6:.1f}" fill="url(#idle-hatch)"><title>{esc(name)}: idle '
             f"{fmt_num(idle_s)} s of {fmt_num(schedule.makespan)} s</title></rect>"
         )
@@ -219,8 +234,8 @@ def gantt_svg(schedule: Schedule, *, width: float = 960, row_height: float = 30)
             f'<text class="tick" x="{px:.1f}" y="{axis_y + 16:.1f}" text-anchor="middle">'
             f"{esc(fmt_num(tick))}</text>"
         )
-    if schedule.deadline is not None and schedule.deadline <= horizon * 1.2:
-        dx = Scale(0.0, horizon if horizon > 0 else 1.0, left, width - right)(schedule.deadline)
+    if schedule.deadline is not None:
+        dx = x(schedule.deadline)
         out.append(
             f'<line class="deadline" x1="{dx:.1f}" x2="{dx:.1f}" y1="{top}" y2="{axis_y}">'
             f"<title>deadline {fmt_num(schedule.deadline)} s</title></line>"
