@@ -98,21 +98,14 @@ def _as_placement(item: Any, index: int) -> Placement:
     return Placement(sig.on(str(device)), str(device), float(start))
 
 
-def _gap_power(
-    device: str, idle_power: IdlePower, neighbour: Signature, available: Iterable[str]
-) -> float:
+def _gap_power(device: str, idle_power: IdlePower, neighbour: Signature) -> float:
     """Draw of an idle gap on ``device``, in W."""
     if idle_power is None:
         # The device stays ready at the operating point it was left in (the previous
         # element's; the next one's before the first element).
         return neighbour.static_power
     if isinstance(idle_power, Mapping):
-        if device not in idle_power:
-            raise ValueError(
-                f"idle_power has no entry for device {device!r} "
-                f"(it has {sorted(available)}); give every device of the schedule a draw"
-            )
-        return float(idle_power[device])
+        return float(idle_power[device])  # every device checked by compose_schedule
     return float(idle_power)
 
 
@@ -220,6 +213,13 @@ def compose_schedule(
     timelines = device_timelines(placements)
     if not timelines:
         raise ValueError("compose_schedule needs at least one placed element")
+    if isinstance(idle_power, Mapping):
+        missing = [d for d in timelines if d not in idle_power]
+        if missing:
+            raise ValueError(
+                f"idle_power has no entry for device {missing[0]!r} (it has "
+                f"{sorted(idle_power)}); give every device of the schedule a draw"
+            )
     origin = min(c[0].start for clusters in timelines.values() for c in clusters)
     horizon = max(p.end for clusters in timelines.values() for c in clusters for p in c)
     per_device: list[Signature] = []
@@ -231,15 +231,17 @@ def compose_schedule(
             merged = _merge_cluster(device, cluster)
             gap = cluster[0].start - cursor
             if gap > _TIME_EPS_S:
-                draw = _gap_power(device, idle_power, previous or merged, timelines)
+                draw = _gap_power(device, idle_power, previous or merged)
                 parts.append(idle(gap, draw, device))
             parts.append(merged)
             cursor = max(cursor, max(p.end for p in cluster))
             previous = merged
         tail = horizon - cursor
         if tail > _TIME_EPS_S and previous is not None:
-            parts.append(idle(tail, _gap_power(device, idle_power, previous, timelines), device))
+            parts.append(idle(tail, _gap_power(device, idle_power, previous), device))
         per_device.append(seq(parts, name=f"{name}@{device}"))
+    if len(per_device) == 1:
+        return per_device[0].with_(name=name)
     return par_multi(per_device, idle_power=idle_power, name=name)
 
 
@@ -339,6 +341,8 @@ def read_placements(path: str | os.PathLike[str], library: Iterable[Signature]) 
     for i, item in enumerate(data):
         line = f":{lines[i]}" if i < len(lines) else ""
         where = f"{source}{line}: placement {i + 1}"
+        if isinstance(item, Mapping) and "element" in item:
+            where = f"{where} ({item['element']})"
         if not isinstance(item, Mapping):
             raise ValueError(
                 f"{where}: expected a mapping {{element, device, start}}, got {item!r}"
@@ -349,7 +353,6 @@ def read_placements(path: str | os.PathLike[str], library: Iterable[Signature]) 
             problem = f"unknown key(s) {unknown}" if unknown else f"missing key(s) {missing}"
             raise ValueError(f"{where}: {problem}; each placement has element, device and start")
         ref = str(item["element"])
-        where = f"{where} ({ref})"
         device = None if item.get("device") is None else str(item["device"])
         try:
             sig = resolve_element(ref, library, device)

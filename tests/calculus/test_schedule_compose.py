@@ -1,0 +1,200 @@
+"""compose_schedule against brute-force accounting, and its structure and errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from eopt.calculus import CompositionError, Library, Placement, Signature, read_placements
+from eopt.calculus.schedule import compose_schedule
+
+
+def el(name: str, t: float, d: float = 1.0, s: float = 50.0, dev: str = "g0") -> Signature:
+    return Signature(name, static_power=s, time=t, dynamic_energy=d, devices=(dev,))
+
+
+def union_length(intervals: list[tuple[float, float]]) -> float:
+    """Length of a union of intervals: the independent truth for busy time."""
+    total, end = 0.0, float("-inf")
+    for lo, hi in sorted(intervals):
+        if hi <= end:
+            continue
+        total += hi - max(lo, end)
+        end = hi
+    return total
+
+
+@st.composite
+def schedules(draw: st.DrawFn) -> tuple[list[tuple[Signature, str, float]], dict[str, float]]:
+    devices = draw(st.lists(st.sampled_from(["g0", "g1", "g2"]), min_size=1, max_size=3,
+                            unique=True))  # fmt: skip
+    powers = {d: float(draw(st.integers(0, 300))) for d in devices}
+    items = []
+    for i in range(draw(st.integers(1, 7))):
+        dev = draw(st.sampled_from(devices))
+        # A quarter-second grid makes touching and co-starting elements likely.
+        start = draw(st.integers(0, 40)) * 0.25
+        time = draw(st.integers(0, 24)) * 0.25
+        d = float(draw(st.integers(0, 100)))
+        items.append((el(f"e{i}", time, d, powers[dev], dev), dev, start))
+    return items, powers
+
+
+@given(schedules(), st.sampled_from([None, 0.0, 17.5]))
+def test_energy_equals_brute_force_accounting(sched, idle_power) -> None:
+    items, powers = sched
+    result = compose_schedule(items, idle_power=idle_power)
+    origin = min(start for _, _, start in items)
+    horizon = max(start + sig.time for sig, _, start in items)
+    expected = sum(sig.dynamic_energy for sig, _, _ in items)
+    for dev in {dev for _, dev, _ in items}:
+        busy = union_length([(st_, st_ + s.time) for s, d, st_ in items if d == dev])
+        idle_draw = powers[dev] if idle_power is None else idle_power
+        expected += powers[dev] * busy + idle_draw * (horizon - origin - busy)
+    assert result.energy == pytest.approx(expected, rel=1e-9, abs=1e-9)
+    assert result.time == pytest.approx(horizon - origin, abs=1e-12)
+    assert result.dynamic_energy == pytest.approx(sum(s.dynamic_energy for s, _, _ in items))
+    # Every element appears once in the term, in addition to idle elements.
+    names = [t for t in result.term.replace("(", " ").replace(")", " ").split() if t[0] == "e"]
+    assert sorted(names) == sorted(sig.name for sig, _, _ in items)
+
+
+def test_chain_overlap_forms_one_par_group() -> None:
+    a, b, c = el("A", 5.0), el("B", 6.0), el("C", 3.0)
+    result = compose_schedule([(a, "g0", 0.0), (b, "g0", 4.0), (c, "g0", 9.0)])
+    assert result.term == "(A ⊕ (ι ⊗ B) ⊕ (ι ⊗ C))"
+    assert result.time == 12.0
+    assert result.energy == pytest.approx(50.0 * 12.0 + 3.0)
+
+
+def test_nested_and_costarting_and_touching_elements() -> None:
+    a, b = el("A", 10.0), el("B", 2.0)
+    assert compose_schedule([(a, "g0", 0.0), (b, "g0", 2.0)]).term == "(A ⊕ (ι ⊗ B))"
+    assert compose_schedule([(a, "g0", 0.0), (b, "g0", 0.0)]).term == "(A ⊕ B)"
+    touching = compose_schedule([(b, "g0", 0.0), (a, "g0", 2.0)])
+    assert touching.term == "B ⊗ A"
+    assert touching.time == 12.0
+
+
+def test_origin_is_the_earliest_start() -> None:
+    result = compose_schedule([(el("A", 1.0), "g0", 5.0), (el("B", 1.0, dev="g1"), "g1", 6.0)])
+    assert result.term == "((A ⊗ ι) ⊕multi (ι ⊗ B))"
+    assert result.time == 2.0
+
+
+def test_gap_draws_the_previous_elements_static_power() -> None:
+    # The device stays at the operating point the previous element left it in.
+    a, b = el("A", 1.0, d=0.0, s=40.0), el("B", 1.0, d=0.0, s=100.0)
+    result = compose_schedule([(a, "g0", 0.0), (b, "g0", 3.0)])
+    assert result.energy == pytest.approx(40.0 * 1 + 40.0 * 2 + 100.0 * 1)
+    given_power = compose_schedule([(a, "g0", 0.0), (b, "g0", 3.0)], idle_power={"g0": 10.0})
+    assert given_power.energy == pytest.approx(40.0 + 20.0 + 100.0)
+
+
+def test_overlapping_elements_with_different_static_powers_are_refused() -> None:
+    a, b = el("gemm", 2.0, s=60.0), el("allreduce", 2.0, s=65.0)
+    with pytest.raises(CompositionError) as info:
+        compose_schedule([(a, "g0", 0.0), (b, "g0", 1.0)])
+    message = str(info.value)
+    assert "'g0'" in message and "'gemm'" in message and "'allreduce'" in message
+    assert "60 W" in message and "65 W" in message and "same static power" in message
+
+
+def test_placement_forms_and_errors() -> None:
+    a = el("A", 1.0, dev="g3")
+    forms = [
+        [Placement(a, "g3", 0.0)],
+        [(a, "g3", 0.0)],
+        [{"signature": a, "device": "g3", "start": 0.0}],
+        [{"signature": a, "start": 0.0}],  # the signature's own device
+    ]
+    for placements in forms:
+        assert compose_schedule(placements).devices == ("g3",)
+    # Placing moves the element to the given device.
+    assert compose_schedule([(a, "g7", 0.0)]).devices == ("g7",)
+    with pytest.raises(ValueError, match="at least one"):
+        compose_schedule([])
+    with pytest.raises(ValueError, match="missing key"):
+        compose_schedule([{"signature": a}])
+    with pytest.raises(ValueError, match="start must be a finite number"):
+        compose_schedule([(a, "g3", float("nan"))])
+    with pytest.raises(ValueError, match="no device given"):
+        compose_schedule([{"signature": el("A", 1.0).on(()), "start": 0.0}])
+    with pytest.raises(ValueError, match="idle_power has no entry for device 'g1'"):
+        compose_schedule(
+            [(el("A", 1.0), "g0", 0.0), (el("B", 2.0), "g1", 0.0)], idle_power={"g0": 5.0}
+        )
+
+
+# Placement files ----------------------------------------------------------------------------
+@pytest.fixture
+def library() -> Library:
+    return Library(
+        [
+            el("F", 1e-3, s=60.0, dev="gpu0"),
+            el("F", 1e-3, s=60.0, dev="gpu1"),
+            Signature("gemm", 60.0, 2e-3, 0.5, impl="cutlass"),
+            Signature("gemm", 60.0, 3e-3, 0.5, impl="cublas"),
+        ]
+    )
+
+
+def _write(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_read_placements_yaml_and_json(tmp_path: Path, library: Library) -> None:
+    yaml_file = _write(
+        tmp_path,
+        "idle_power: {gpu0: 30W, gpu1: 40}\nplacements:\n"
+        "  - {element: F, device: gpu0, start: 0}\n"
+        "  - {element: 'gemm[impl=cutlass]', device: gpu1, start: 1ms}\n",
+    )
+    spec = read_placements(yaml_file, library)
+    assert spec.idle_power == {"gpu0": 30.0, "gpu1": 40.0}
+    assert [p.start for p in spec.placements] == [0.0, 1e-3]
+    assert spec.placements[1].signature.impl == "cutlass"
+    assert spec.placements[1].device == "gpu1"
+    json_file = _write(
+        tmp_path, '[{"element": "F", "device": "gpu1", "start": 0.5}]', name="s.json"
+    )
+    (only,) = read_placements(json_file, library).placements
+    assert only.signature.devices == ("gpu1",) and only.start == 0.5
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("placements:\n  - {element: F, device: gpu0}\n", ":2: placement 1 (F): missing"),
+        ("- {element: F, device: gpu0, start: 0}\n- {element: F, device: gpu0, start: 1, x: 2}\n",
+         ":2: placement 2 (F): unknown key(s) ['x']"),
+        ("- {element: G, device: gpu0, start: 0}\n", "no element named 'G'"),
+        ("- {element: gemm, device: gpu0, start: 0}\n", "matches 2 signatures"),
+        ("- {element: F, device: gpu0, start: soon}\n", "start: cannot read 'soon'"),
+        ("- {element: F, device: gpu0, start: -1}\n", "must be a finite number ≥ 0"),
+        ("- [F, gpu0, 0]\n", "expected a mapping"),
+        ("placements: []\n", "non-empty list"),
+        ("{placements: [], idle: 3}\n", "unknown key(s) ['idle']"),
+        ("- {element: F\n", "not valid YAML/JSON"),
+        ("idle_power: lots\nplacements:\n  - {element: F, device: gpu0, start: 0}\n",
+         "idle_power: cannot read 'lots'"),
+    ],
+)  # fmt: skip
+def test_read_placements_errors_name_file_and_place(
+    tmp_path: Path, library: Library, text: str, expected: str
+) -> None:
+    path = _write(tmp_path, text)
+    with pytest.raises(ValueError) as info:
+        read_placements(path, library)
+    assert str(path) in str(info.value)
+    assert expected in str(info.value)
+
+
+def test_read_placements_missing_file(tmp_path: Path, library: Library) -> None:
+    with pytest.raises(ValueError, match="no such placements file"):
+        read_placements(tmp_path / "nope.yaml", library)
