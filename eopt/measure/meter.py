@@ -196,6 +196,10 @@ class Meter:
             if value is None:
                 raise MeterError(f"{self.device.name}: the energy counter stopped answering")
             self.counter_trace.append(now, value)
+        elif self._timer is not None:
+            # Polling at the edge tells whether the sensor refreshed before or after it,
+            # which a poll on the timer's schedule leaves open to within a polling period.
+            self._poll(now)
         return now
 
     def wait_until_covered(self, end_s: float, max_wait_s: float | None = None) -> None:
@@ -266,9 +270,22 @@ class Meter:
             self.power_trace.power_range_w(start_s - p, start_s + 2 * p)
             + self.power_trace.power_range_w(end_s - p, end_s + 2 * p)
         )
+        if got.n_samples == 0 and self.power_trace.kind == "point":
+            # No refresh inside: the window's own draw was never read. It can be anything
+            # up to the board's maximum power.
+            seen = self.power_trace.power_range_w(start_s, start_s)
+            floor = got.energy_j / duration if duration > 0 else 0.0
+            error = max(error, (self._max_power_w() - floor + seen) * duration)
         return WindowEnergy(
             got.energy_j, duration, "sampler", self.field, error, got.n_samples, short
         )
+
+    def _max_power_w(self) -> float:
+        """The most the board can draw (its highest settable power limit), in W."""
+        try:
+            return float(self.device.power_limit_range_w()[1])
+        except Exception:  # a device without limits: fall back to the current reading
+            return float(self.device.power().power_w)
 
     def describe(self) -> dict[str, object]:
         """What goes into ``Signature.meta``: method, power field, periods."""

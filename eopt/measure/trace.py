@@ -157,7 +157,7 @@ class SensorTrace:
                 # refresh one period before this one (for a point reading, placed as early
                 # as it can have been, the mirror of placing the new reading late).
                 held = (self._raw_last if self.kind == "point" else u) - self.period_s
-                if held > self._u[-1] + 1e-12:
+                if held > self._u[-1] + 0.5 * self.period_s:  # else it is the last refresh
                     self._push(held, self._last_value)
                 self._push(u, power_w)
             self._last_value = power_w
@@ -214,8 +214,8 @@ class SensorTrace:
         if i > j:  # no refresh inside: a and b share the interval (u_{i-1}, u_i]
             if i >= n:
                 return r[-1] * (b - a)
-            if i == 0:
-                return r[0] * (b - a)
+            if i == 0 or not self._single(i - 1, i):
+                return r[i] * (b - a)
             inside = r[i] * (u[i] - u[i - 1])
             inside -= r[i - 1] * (a - u[i - 1]) if i >= 2 else r[i] * (a - u[i - 1])
             after = mean_after(i)
@@ -224,18 +224,24 @@ class SensorTrace:
         energy = cum[j] - cum[i]
         # start piece [a, u_i] inside interval (u_{i-1}, u_i]
         if i >= 1 and u[i] > a:
-            before = r[i - 1] if i >= 2 else r[i]
-            energy += max(r[i] * (u[i] - u[i - 1]) - before * (a - u[i - 1]), 0.0)
+            if i >= 2 and self._single(i - 1, i):
+                energy += max(r[i] * (u[i] - u[i - 1]) - r[i - 1] * (a - u[i - 1]), 0.0)
+            else:  # several refreshes of one value: the power was that value throughout
+                energy += r[i] * (u[i] - a)
         # end piece [u_j, b] inside interval (u_j, u_{j+1}]
         if b > u[j]:
             nxt = mean_after(j)
             if nxt is None:
                 energy += r[j] * (b - u[j])
+            elif j + 2 < n and self._single(j, j + 1):
+                energy += max(nxt * (u[j + 1] - u[j]) - r[j + 2] * (u[j + 1] - b), 0.0)
             else:
-                following = mean_after(j + 1)
-                after = following if following is not None else nxt
-                energy += max(nxt * (u[j + 1] - u[j]) - after * (u[j + 1] - b), 0.0)
+                energy += nxt * (b - u[j])
         return energy
+
+    def _single(self, k0: int, k1: int) -> bool:
+        """Whether ``(u_k0, u_k1]`` is one refresh interval (not merged equal readings)."""
+        return self._u[k1] - self._u[k0] < 1.5 * self.period_s
 
     def _point_window(self, a: float, b: float) -> float:
         u, r, cum = self._u, self._r, self._cum
