@@ -209,7 +209,7 @@ class _Parser:
             kind = op.value
             self.i += 1
             if self.tok.kind in ("end", ")", ","):
-                raise self.error(f"{op.text!r} needs an operand after it")
+                raise self.error(f"{op.text!r} needs an operand after it", op)
             items.append(self.operand())
         if kind is None:
             return first
