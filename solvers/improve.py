@@ -61,7 +61,6 @@ def improve(
     t0 = time.perf_counter()
     modes = list(modes)
     idx, pdur, pcost = _padded(ip)
-    rows = np.arange(ip.n)
     cap = np.inf if deadline is None else float(deadline) * (1 + 1e-12)
     hold_deadline = ip.problem.hold == "deadline" and deadline is not None
     sbar = 0.0 if hold_deadline else ip.idle_total_w
@@ -73,9 +72,10 @@ def improve(
         tail = ip.tails(dur)
         h = float(np.max(es + dur))
         reach = (es + tail)[:, None] + pdur  # makespan through task i in mode k
-        new_h = np.maximum(h, reach)
-        delta = (pcost - cur_c[:, None]) + sbar * (new_h - h)
-        delta[reach > cap] = np.inf
+        with np.errstate(invalid="ignore"):  # inf padding times a zero S̄
+            delta = (pcost - cur_c[:, None]) + sbar * (np.maximum(h, reach) - h)
+        # Padding (inf durations) and moves past the deadline are never taken.
+        delta[~(reach <= cap)] = np.inf
         flat = int(np.argmin(delta))
         i, k = divmod(flat, delta.shape[1])
         scale = max(1.0, abs(float(np.sum(cur_c))) + sbar * h)
@@ -86,7 +86,6 @@ def improve(
         cur_c[i] = ip.costs[i][m]
         dur[i] = ip.durations[i][m]
         moves += 1
-    _ = rows
     return modes
 
 

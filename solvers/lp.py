@@ -33,6 +33,9 @@ from solvers.indexed import IndexedProblem
 
 _BANNER_SHOWN = False
 
+#: Above this many LP columns the first (cold) solve uses the interior-point method.
+IPM_COLUMNS = 3000
+
 
 def new_highs() -> highspy.Highs:
     """A silent HiGHS instance.
@@ -168,6 +171,7 @@ class HullLP:
         self.highs.setOptionValue("threads", 1)
         self.highs.passModel(lp)
         self._fixed = np.zeros(n, dtype=bool)
+        self._solved = False
 
     # --------------------------------------------------------------- modifiers
     def set_deadline(self, deadline: float | None) -> None:
@@ -209,7 +213,15 @@ class HullLP:
     def solve(self) -> LPPoint | None:
         """Solve; None when infeasible (a deadline below the fastest makespan)."""
         h = self.highs
+        # Large cold solves are far faster by interior point (with crossover, which
+        # leaves a basis); re-solves after small changes warm-start the dual simplex.
+        cold = not self._solved
+        if cold and self.highs.getNumCol() > IPM_COLUMNS:
+            h.setOptionValue("solver", "ipm")
         h.run()
+        if cold:
+            h.setOptionValue("solver", "choose")
+            self._solved = True
         status = h.getModelStatus()
         if status == highspy.HighsModelStatus.kInfeasible:
             return None

@@ -51,6 +51,15 @@ def candidate_modes(ip: IndexedProblem) -> list[list[int]]:
     return out
 
 
+def _var(
+    prob: pulp.LpProblem, name: str, lo: float | None, hi: float | None, cat: str = "Continuous"
+) -> pulp.LpVariable:
+    """A variable attached to `prob` (PuLP ≥ 3.3 API, falling back to the older one)."""
+    if hasattr(prob, "add_variable"):
+        return prob.add_variable(name, lo, hi, cat=cat)
+    return pulp.LpVariable(name, lo, hi, cat)  # pragma: no cover - older PuLP
+
+
 @dataclass
 class MilpModel:
     """A PuLP model of the problem with handles on its variables."""
@@ -84,9 +93,9 @@ def build_model(
     cands = candidate_modes(ip)
     x: list[dict[int, pulp.LpVariable]] = []
     for i, ks in enumerate(cands):
-        x.append({k: pulp.LpVariable(f"x_{i}_{k}", 0, 1, cat) for k in ks})
-    starts = [pulp.LpVariable(f"S_{i}", 0) for i in range(ip.n)]
-    horizon = pulp.LpVariable("H", 0, None if deadline is None else float(deadline))
+        x.append({k: _var(prob, f"x_{i}_{k}", 0, 1, cat) for k in ks})
+    starts = [_var(prob, f"S_{i}", 0, None) for i in range(ip.n)]
+    horizon = _var(prob, "H", 0, None if deadline is None else float(deadline))
     dur = [pulp.lpSum(float(ip.durations[i][k]) * v for k, v in x[i].items()) for i in range(ip.n)]
     for i in range(ip.n):
         prob += pulp.lpSum(x[i].values()) == 1, f"one_{i}"
@@ -96,9 +105,7 @@ def build_model(
         prob += horizon >= starts[i] + dur[i], f"end_{i}"
     y: list[dict[Hashable, pulp.LpVariable]] = []
     for g, members in enumerate(ip.groups):
-        yg = {
-            s: pulp.LpVariable(f"y_{g}_{j}", 0, 1, cat) for j, s in enumerate(ip.group_settings[g])
-        }
+        yg = {s: _var(prob, f"y_{g}_{j}", 0, 1, cat) for j, s in enumerate(ip.group_settings[g])}
         y.append(yg)
         prob += pulp.lpSum(yg.values()) == 1, f"group_{g}"
         for i in members:
@@ -113,7 +120,7 @@ def build_model(
                     v.upBound = 0
     z: dict[tuple[int, int], pulp.LpVariable] = {}
     for a, b in ip.chain_pairs:
-        zab = pulp.LpVariable(f"z_{a}_{b}", 0, 1, cat)
+        zab = _var(prob, f"z_{a}_{b}", 0, 1, cat)
         z[(a, b)] = zab
         settings = list(dict.fromkeys([*ip.settings[a], *ip.settings[b]]))
         for j, s in enumerate(settings):
