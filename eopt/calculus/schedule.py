@@ -262,6 +262,7 @@ class PlacementFile:
 
 
 _PLACEMENT_KEYS = {"element", "device", "start"}
+_SOLVED_SCHEMA = "eopt.schedule/1"  # what `eopt solve` writes
 
 
 def _item_lines(text: str) -> list[int]:
@@ -280,8 +281,12 @@ def _item_lines(text: str) -> list[int]:
 def read_placements(path: str | os.PathLike[str], library: Iterable[Signature]) -> PlacementFile:
     """Read a placements file (YAML or JSON) and look its elements up in ``library``.
 
-    The file is either a list of placements or a mapping with ``placements`` and an
-    optional ``idle_power`` (W, or a mapping device → W). Each placement has ``element``
+    A schedule written by ``eopt solve`` (``"schema": "eopt.schedule/1"``) is read too:
+    each element's type, κ and ω pick its signature, and the devices' ``idle_power_w``
+    give the idle draw.
+
+    Otherwise the file is either a list of placements or a mapping with ``placements`` and
+    an optional ``idle_power`` (W, or a mapping device → W). Each placement has ``element``
     (a name with an optional selector, e.g. ``gemm[impl=cutlass]``), ``device`` and
     ``start`` (s, or a string with a unit such as ``1.5ms``)::
 
@@ -314,6 +319,8 @@ def read_placements(path: str | os.PathLike[str], library: Iterable[Signature]) 
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ValueError(f"{source}{where}: not valid YAML/JSON ({problem})") from None
     idle_raw: Any = None
+    if isinstance(data, Mapping) and data.get("schema") == _SOLVED_SCHEMA:
+        return _solved_schedule(data, library, source)
     if isinstance(data, Mapping):
         unknown = sorted(set(data) - {"placements", "idle_power", "schema"})
         if unknown:
@@ -367,4 +374,57 @@ def read_placements(path: str | os.PathLike[str], library: Iterable[Signature]) 
             placements.append(Placement(sig.on(device), device, start))
         except ValueError as exc:
             raise ValueError(f"{where}: {exc}") from None
+    return PlacementFile(tuple(placements), idle_power, source)
+
+
+def _solved_schedule(
+    data: Mapping[str, Any], library: Iterable[Signature], source: str
+) -> PlacementFile:
+    """Placements of an ``eopt.schedule/1`` file (the output of ``eopt solve``)."""
+    from eopt.calculus.expression import selector_for
+    from eopt.devices.operating_point import OperatingPoint
+
+    sigs = list(library)
+    devices = data.get("devices")
+    elements = data.get("elements")
+    if not isinstance(devices, list) or not isinstance(elements, list) or not elements:
+        raise ValueError(f"{source}: an eopt.schedule/1 file needs 'devices' and 'elements' lists")
+    idle_power: dict[str, float] = {}
+    for i, dev in enumerate(devices):
+        try:
+            idle_power[str(dev["name"])] = float(dev["idle_power_w"])
+        except (TypeError, KeyError, ValueError):
+            raise ValueError(
+                f"{source}: devices[{i}] needs 'name' and a numeric 'idle_power_w'"
+            ) from None
+    placements: list[Placement] = []
+    for i, e in enumerate(elements):
+        where = f"{source}: elements[{i}]"
+        try:
+            kind = str(e.get("type", e["name"]))
+            device, start = str(e["device"]), float(e["start"])
+            impl = str(e.get("impl", "default"))
+            op_point = OperatingPoint.from_dict(e.get("op_point"))
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{where}: malformed element ({exc})") from None
+        where = f"{where} ({e.get('name', kind)})"
+        named = [s for s in sigs if s.name == kind]
+        found = [s for s in named if s.impl == impl and s.op_point == op_point]
+        if not found:
+            choices = "; ".join(selector_for(s, named) for s in named[:8]) or "none"
+            raise ValueError(
+                f"{where}: no signature {kind!r} with impl={impl} at {op_point.label()} in the "
+                f"libraries (signatures of {kind!r}: {choices}); pass the libraries the "
+                "schedule was solved with"
+            )
+        sig = found[0]
+        duration = e.get("duration")
+        if isinstance(duration, (int, float)) and not math.isclose(
+            float(duration), sig.time, rel_tol=1e-6, abs_tol=1e-12
+        ):
+            raise ValueError(
+                f"{where}: the schedule says {duration:g} s but the library's signature takes "
+                f"{sig.time:g} s; pass the libraries the schedule was solved with"
+            )
+        placements.append(Placement(sig.on(device), device, start))
     return PlacementFile(tuple(placements), idle_power, source)

@@ -119,7 +119,7 @@ def prediction_interval(
 
     Example:
         >>> str(prediction_interval((10.0, 1.0)))
-        '10 ± 1.96 J (95%: 8.04 – 11.96 J)'
+        '10 ± 1.96 J (95%: 8.04004 – 11.96 J)'
     """
     if isinstance(n_runs, bool) or not isinstance(n_runs, int) or n_runs < 1:
         raise ValueError(f"n_runs must be a positive integer, got {n_runs!r}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 
 from eopt.calculus import CompositionError, Library, Placement, Signature, read_placements
 from eopt.calculus.schedule import compose_schedule
+from eopt.devices.operating_point import OperatingPoint
 
 
 def el(name: str, t: float, d: float = 1.0, s: float = 50.0, dev: str = "g0") -> Signature:
@@ -198,3 +200,56 @@ def test_read_placements_errors_name_file_and_place(
 def test_read_placements_missing_file(tmp_path: Path, library: Library) -> None:
     with pytest.raises(ValueError, match="no such placements file"):
         read_placements(tmp_path / "nope.yaml", library)
+
+
+def test_read_solved_schedule_matches_the_solver_accounting(tmp_path: Path) -> None:
+    lib = Library(
+        [
+            Signature("fwd", 80.0, 0.05, 20.0, op_point=OperatingPoint(1410.0)),
+            Signature("fwd", 70.0, 0.07, 15.0, op_point=OperatingPoint(1200.0)),
+            Signature("bwd", 80.0, 0.10, 40.0, op_point=OperatingPoint(1410.0)),
+        ]
+    )
+    elements = [
+        ("F0", "fwd", "s0", 0.00, 0.05, 1410.0),
+        ("F1", "fwd", "s1", 0.05, 0.07, 1200.0),
+        ("B1", "bwd", "s1", 0.12, 0.10, 1410.0),
+        ("B0", "bwd", "s0", 0.22, 0.10, 1410.0),
+    ]
+    data = {
+        "schema": "eopt.schedule/1",
+        "devices": [{"name": "s0", "idle_power_w": 30.0}, {"name": "s1", "idle_power_w": 40.0}],
+        "elements": [
+            {
+                "name": n,
+                "type": t,
+                "device": d,
+                "start": st,
+                "duration": du,
+                "energy": 0.0,
+                "impl": "default",
+                "op_point": {"sm_clock_mhz": f},
+            }
+            for n, t, d, st, du, f in elements
+        ],
+    }
+    path = tmp_path / "schedule.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    spec = read_placements(path, lib)
+    assert spec.idle_power == {"s0": 30.0, "s1": 40.0}
+    result = compose_schedule(spec.placements, spec.idle_power)
+    # design.md: E = Σ E_i + Σ_dev s̄_dev·(H − busy_dev), H = 0.32 s.
+    elements_energy = 80 * 0.05 + 20 + 70 * 0.07 + 15 + 2 * (80 * 0.10 + 40)
+    idle_energy = 30.0 * (0.32 - 0.15) + 40.0 * (0.32 - 0.17)
+    assert result.energy == pytest.approx(elements_energy + idle_energy, rel=1e-12)
+    assert result.term == "((fwd ⊗ ι ⊗ bwd) ⊕multi (ι ⊗ fwd ⊗ bwd ⊗ ι))"
+
+    data["elements"][1]["op_point"] = {"sm_clock_mhz": 900.0}
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"elements\[1\] \(F1\): no signature 'fwd'.*900MHz"):
+        read_placements(path, lib)
+    data["elements"][1]["op_point"] = {"sm_clock_mhz": 1200.0}
+    data["elements"][1]["duration"] = 0.08
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"says 0\.08 s but the library's signature takes 0.07 s"):
+        read_placements(path, lib)
