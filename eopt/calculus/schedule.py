@@ -29,6 +29,7 @@ import yaml
 
 from eopt.calculus.operators import CompositionError, idle, par, par_multi, seq
 from eopt.calculus.signature import Signature
+from eopt.calculus.uncertainty import BiasBound, accumulated_bias
 
 __all__ = [
     "Placement",
@@ -36,6 +37,7 @@ __all__ = [
     "compose_schedule",
     "device_timelines",
     "read_placements",
+    "schedule_bias",
 ]
 
 # Start/end differences below this many seconds are rounding, not gaps or overlaps
@@ -243,6 +245,36 @@ def compose_schedule(
     if len(per_device) == 1:
         return per_device[0].with_(name=name)
     return par_multi(per_device, idle_power=idle_power, name=name)
+
+
+def schedule_bias(
+    placements: Iterable[Any],
+    confidence: float = 0.95,
+    starts_at_null: bool = True,
+) -> BiasBound:
+    """Worst-case reduction bias of composing a schedule context-independently (App. D).
+
+    Each element carries the Eq. (13) tolerances of the substitutions it needs, as in
+    :func:`eopt.calculus.expression.expression_bias` for the schedule's Eq. (9) term: one
+    for the entry-state substitution unless it starts at the schedule's origin (and the
+    schedule starts at the null context), and one for the isolation substitution when it
+    co-runs (it shares a ⊕ group, or the schedule spans several devices, joined by
+    ⊕multi). Idle elements have schedule-set durations and are not counted.
+    """
+    timelines = device_timelines(placements)
+    if not timelines:
+        raise ValueError("schedule_bias needs at least one placed element")
+    origin = min(c[0].start for clusters in timelines.values() for c in clusters)
+    multi = len(timelines) > 1
+    contributions: list[tuple[str, float, float]] = []
+    for clusters in timelines.values():
+        for cluster in clusters:
+            for p in cluster:
+                at_start = starts_at_null and p.start - origin <= _TIME_EPS_S
+                corun = multi or len(cluster) > 1
+                m = (0.0 if at_start else 1.0) + (1.0 if corun else 0.0)
+                contributions.append((p.signature.name, m, p.signature.std_energy))
+    return accumulated_bias(contributions, confidence)
 
 
 # Placement files ----------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from eopt.calculus.expression import ExpressionError, expression_bias, parse_exp
 from eopt.calculus.expression import evaluate as evaluate_expression
 from eopt.calculus.library import Library, LibraryError
 from eopt.calculus.operators import CompositionError
-from eopt.calculus.schedule import compose_schedule, read_placements
+from eopt.calculus.schedule import compose_schedule, read_placements, schedule_bias
 from eopt.calculus.signature import Signature
 from eopt.calculus.uncertainty import (
     BiasBound,
@@ -227,6 +227,7 @@ def command(
                 idle_power = placements.idle_power
             try:
                 sig = compose_schedule(placements.placements, idle_power)
+                bias = schedule_bias(placements.placements, confidence)
             except (CompositionError, ValueError) as exc:
                 raise UserError(escape(f"{schedule_file}: {exc}")) from None
     except (ExpressionError, LibraryError, ValueError) as exc:

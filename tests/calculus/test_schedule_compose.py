@@ -253,3 +253,24 @@ def test_read_solved_schedule_matches_the_solver_accounting(tmp_path: Path) -> N
     path.write_text(json.dumps(data), encoding="utf-8")
     with pytest.raises(ValueError, match=r"says 0\.08 s but the library's signature takes 0.07 s"):
         read_placements(path, lib)
+
+
+def test_schedule_bias_follows_the_eq9_structure() -> None:
+    from eopt.calculus.schedule import schedule_bias
+    from eopt.calculus.uncertainty import c_alpha, chain_bias
+
+    def noisy(name: str, t: float, dev: str, sigma: float) -> Signature:
+        return Signature(name, 50.0, t, 1.0, var_energy=sigma**2, devices=(dev,))
+
+    a, b, c = noisy("a", 1.0, "g0", 0.1), noisy("b", 1.0, "g0", 0.2), noisy("c", 1.0, "g0", 0.3)
+    # One device, back to back from the null context: the chain bound of Eq. (36).
+    chain = schedule_bias([(a, "g0", 0.0), (b, "g0", 1.0), (c, "g0", 3.0)])
+    assert chain.bias == pytest.approx(chain_bias([a, b, c]).bias)
+    # b overlaps c in a ⊕ group: both co-run (+1); a still starts the chain.
+    grouped = schedule_bias([(a, "g0", 0.0), (b, "g0", 1.0), (c, "g0", 1.5)])
+    assert [m for _, m, _ in grouped.contributions] == [0.0, 2.0, 2.0]
+    # Two devices joined by ⊕multi: every element co-runs.
+    d = noisy("d", 1.0, "g1", 0.4)
+    multi = schedule_bias([(a, "g0", 0.0), (b, "g0", 1.0), (d, "g1", 0.5)])
+    assert [m for _, m, _ in multi.contributions] == [1.0, 2.0, 2.0]
+    assert multi.bias == pytest.approx(c_alpha() * (0.1 + 2 * 0.2 + 2 * 0.4))
