@@ -20,6 +20,7 @@ __all__ = [
     "Device",
     "DeviceError",
     "DevicePermissionError",
+    "MeasureOnlyError",
     "PowerReading",
     "Timer",
     "WallClock",
@@ -32,6 +33,10 @@ class DeviceError(RuntimeError):
 
 class DevicePermissionError(DeviceError):
     """Changing a setting needs root or CAP_SYS_ADMIN."""
+
+
+class MeasureOnlyError(DeviceError):
+    """A setting was to be changed on a device opened measure-only (``control=False``)."""
 
 
 @dataclass(frozen=True)

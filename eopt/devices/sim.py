@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from eopt.devices.base import DeviceError, DevicePermissionError, PowerReading
+from eopt.devices.base import DeviceError, MeasureOnlyError, PowerReading
 from eopt.devices.operating_point import OperatingPoint
 from eopt.devices.sim_kernels import get_kernel
 from eopt.devices.sim_physics import (
@@ -279,12 +279,13 @@ class SimulatedGPU:
         """Lock clocks / set the power limit given in ``point`` (None fields unchanged).
 
         Raises:
-            DevicePermissionError: in measure-only mode.
+            MeasureOnlyError: in measure-only mode.
             DeviceError: for an unsupported clock or a limit outside the range.
         """
         if not self.control:
-            raise DevicePermissionError(
-                f"{self.name}: opened measure-only (control=False); cannot set {point.label()}"
+            raise MeasureOnlyError(
+                f"{self.name} was opened measure-only (control=False / --no-control): "
+                f"not setting {point.label()}"
             )
         sm = point.sm_clock_mhz
         mem = point.mem_clock_mhz

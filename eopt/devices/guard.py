@@ -1,0 +1,292 @@
+"""Never leave a GPU changed: restore settings on exit, exceptions and signals.
+
+:func:`restoring_on_exit` wraps any code that changes clocks or power limits. Before the
+block runs it writes each NVML GPU's original state to a state file (JSON under
+``$EOPT_STATE_DIR``, default ``~/.local/state/eopt/``); it restores the devices on normal
+exit, on exceptions, on SIGINT / SIGTERM (its handlers restore, then hand the signal to
+the handler that was installed before) and at interpreter exit, and removes the state file
+once the restore succeeded. A run killed with SIGKILL cannot restore anything: its state
+file stays behind, the next run warns about it, and ``eopt reset`` puts the GPUs back.
+
+Example::
+
+    with restoring_on_exit(gpus):
+        gpus[0].set_operating_point(OperatingPoint(sm_clock_mhz=1200))
+        run_work()
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any, TextIO
+
+from eopt.devices.base import Device, DeviceError
+
+__all__ = [
+    "STATE_SCHEMA",
+    "StateFile",
+    "find_state_files",
+    "restoring_on_exit",
+    "state_dir",
+    "warn_if_stale",
+]
+
+STATE_SCHEMA = "eopt.gpu-state/1"
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def state_dir() -> Path:
+    """Where state files live: ``$EOPT_STATE_DIR``, else ``~/.local/state/eopt``."""
+    env = os.environ.get("EOPT_STATE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "eopt"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by someone else
+    return True
+
+
+@dataclass(frozen=True)
+class StateFile:
+    """A saved-state file: GPUs a (possibly dead) eopt process may have left changed.
+
+    Attributes:
+        path: The file.
+        pid: The process that wrote it.
+        host: Its host name.
+        created: When it was written (ISO 8601, UTC).
+        devices: One JSON mapping per GPU (``backend``, ``index``, ``uuid``, ``model``,
+            ``power_limit_w``).
+    """
+
+    path: Path
+    pid: int
+    host: str
+    created: str
+    devices: tuple[dict[str, Any], ...]
+
+    @property
+    def stale(self) -> bool:
+        """The writer is gone (on this host) without restoring."""
+        return self.host != socket.gethostname() or not _pid_alive(self.pid)
+
+    @classmethod
+    def read(cls, path: Path) -> StateFile:
+        """Read one state file.
+
+        Raises:
+            ValueError: naming the file and what is wrong with it.
+        """
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{path}: unreadable eopt state file ({exc}); delete it") from exc
+        if not isinstance(data, dict) or data.get("schema") != STATE_SCHEMA:
+            raise ValueError(f"{path}: not an eopt state file (schema {STATE_SCHEMA!r} expected)")
+        devices = data.get("devices")
+        if not isinstance(devices, list) or not all(isinstance(d, dict) for d in devices):
+            raise ValueError(f"{path}: 'devices' must be a list of objects")
+        return cls(
+            path=path,
+            pid=int(data.get("pid", -1)),
+            host=str(data.get("host", "")),
+            created=str(data.get("created", "")),
+            devices=tuple(devices),
+        )
+
+    def write_devices(self, devices: Sequence[dict[str, Any]]) -> None:
+        """Rewrite the file with only ``devices`` (or delete it when none are left)."""
+        if not devices:
+            self.path.unlink(missing_ok=True)
+            return
+        _write_json_atomic(self.path, _payload(self.pid, self.host, self.created, devices))
+
+
+def _payload(pid: int, host: str, created: str, devices: Sequence[dict[str, Any]]) -> dict:
+    return {
+        "schema": STATE_SCHEMA,
+        "pid": pid,
+        "host": host,
+        "created": created,
+        "devices": list(devices),
+    }
+
+
+def _write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(payload, handle, indent=2)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def find_state_files(directory: Path | None = None) -> list[StateFile]:
+    """All readable state files, oldest first; unreadable ones raise.
+
+    Raises:
+        ValueError: for a malformed file (naming it).
+    """
+    root = directory or state_dir()
+    if not root.is_dir():
+        return []
+    files = [StateFile.read(p) for p in sorted(root.glob("gpu-state-*.json"))]
+    return sorted(files, key=lambda f: f.created)
+
+
+def _describe(entry: dict[str, Any]) -> str:
+    limit = entry.get("power_limit_w")
+    limit_text = f"power limit {limit:g} W" if isinstance(limit, (int, float)) else "power limit"
+    return f"gpu{entry.get('index', '?')} ({entry.get('model', '?')}): clock locks, {limit_text}"
+
+
+def warn_if_stale(stream: TextIO | None = None, directory: Path | None = None) -> list[StateFile]:
+    """Warn loudly about state files left by killed runs; returns them.
+
+    A malformed state file is reported the same way (it needs the user's attention too).
+    """
+    out = stream or sys.stderr
+    try:
+        stale = [f for f in find_state_files(directory) if f.stale]
+    except ValueError as exc:
+        print(f"WARNING: {exc}", file=out)
+        return []
+    for f in stale:
+        gpus = "; ".join(_describe(d) for d in f.devices)
+        print(
+            f"WARNING: an earlier eopt run (pid {f.pid}, {f.created}) ended without restoring "
+            f"GPU settings it changed ({gpus}). Run `eopt reset` to restore them "
+            f"(state file: {f.path}).",
+            file=out,
+        )
+    return stale
+
+
+class _Guard:
+    """Restores a set of devices exactly once per change, from any exit path."""
+
+    def __init__(self, devices: Sequence[Device], directory: Path) -> None:
+        self.devices = list(devices)
+        self.directory = directory
+        self.path: Path | None = None
+        self._lock = threading.RLock()
+        self._previous: dict[int, Any] = {}
+
+    def save(self) -> None:
+        entries = []
+        for device in self.devices:
+            snapshot = getattr(device, "snapshot_state", None)
+            if snapshot is None or not getattr(device, "control", True):
+                continue  # simulated or measure-only GPUs: nothing to restore later
+            entries.append(snapshot())
+        if not entries:
+            return
+        created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        pid = os.getpid()
+        self.path = self.directory / f"gpu-state-{pid}-{id(self):x}.json"
+        _write_json_atomic(self.path, _payload(pid, socket.gethostname(), created, entries))
+
+    def restore(self) -> None:
+        with self._lock:
+            failures = []
+            for device in self.devices:
+                try:
+                    device.restore()
+                except Exception as exc:  # keep restoring the others
+                    failures.append(f"{device.name}: {exc}")
+            if failures:
+                where = f" (state kept in {self.path})" if self.path else ""
+                raise DeviceError(
+                    "could not restore GPU settings: "
+                    + "; ".join(failures)
+                    + f"{where}; run `eopt reset`"
+                )
+            if self.path is not None:
+                self.path.unlink(missing_ok=True)
+
+    def restore_quietly(self) -> None:
+        try:
+            self.restore()
+        except DeviceError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+
+    # signals -----------------------------------------------------------------
+    def install_handlers(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # signal handlers can only be set from the main thread
+        for sig in _SIGNALS:
+            previous = signal.getsignal(sig)
+            if previous is signal.SIG_IGN:
+                continue  # the program ignores it: so do we
+            self._previous[sig] = previous
+            signal.signal(sig, self._on_signal)
+
+    def uninstall_handlers(self) -> None:
+        for sig, previous in self._previous.items():
+            if signal.getsignal(sig) == self._on_signal:
+                signal.signal(sig, previous)
+        self._previous.clear()
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.restore_quietly()
+        previous = self._previous.get(signum)
+        if callable(previous):
+            previous(signum, frame)
+            return
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        # Default action of SIGTERM is to terminate: exit with the conventional status.
+        raise SystemExit(128 + signum)
+
+
+@contextlib.contextmanager
+def restoring_on_exit(
+    devices: Sequence[Device], directory: Path | None = None, warn: bool = True
+) -> Iterator[Sequence[Device]]:
+    """Run a block that changes device settings; put them back however it ends.
+
+    Args:
+        devices: The devices the block may change.
+        directory: State-file directory (default :func:`state_dir`).
+        warn: Warn about stale state files left by killed runs first.
+
+    Yields:
+        ``devices``.
+
+    Raises:
+        DeviceError: when restoring failed (the state file is kept; ``eopt reset``).
+    """
+    root = directory or state_dir()
+    if warn:
+        warn_if_stale(directory=root)
+    guard = _Guard(devices, root)
+    guard.save()
+    guard.install_handlers()
+    atexit.register(guard.restore_quietly)
+    try:
+        yield devices
+    finally:
+        guard.uninstall_handlers()
+        atexit.unregister(guard.restore_quietly)
+        guard.restore()
