@@ -193,6 +193,9 @@ def schedule_from_solution(pp: PlanProblem, sol: Any, base: Baseline | None = No
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "plan_name": pp.plan.name,
             "modes_per_type": {t: len(pp.cells[_first_of(pp, t)]) for t in pp.plan.types()},
+            # Setting changes paid on devices with a transition cost (not in the elements).
+            "transitions": int(getattr(sol, "transitions", 0)),
+            "transition_energy_j": float(getattr(sol, "transition_energy", 0.0)),
         },
     )
 
