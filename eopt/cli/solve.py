@@ -81,7 +81,8 @@ def _print_schedule(schedule: Schedule) -> None:
 def _write_frontier_csv(path: Path, points: list[FrontierPlan]) -> None:
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(
-            handle, fieldnames=["makespan_s", "energy_j", "lower_bound_j", "gap", "status"]
+            handle,
+            fieldnames=["makespan_s", "energy_j", "energy_std_j", "lower_bound_j", "gap", "status"],
         )
         writer.writeheader()
         for p in points:

@@ -222,6 +222,7 @@ class FrontierPlan:
         gap: Relative gap to the bound.
         status: The solver's status for the point.
         solution: The ``solvers.Solution``.
+        energy_std: σ of the predicted energy, in J.
     """
 
     makespan: float
@@ -230,12 +231,14 @@ class FrontierPlan:
     gap: float | None
     status: str
     solution: Any
+    energy_std: float = 0.0
 
     def to_row(self) -> dict[str, Any]:
         """A CSV row."""
         return {
             "makespan_s": self.makespan,
             "energy_j": self.energy,
+            "energy_std_j": self.energy_std,
             "lower_bound_j": self.lower_bound,
             "gap": self.gap,
             "status": self.status,
@@ -280,6 +283,7 @@ def plan_frontier(
             gap=_finite(s.gap),
             status=str(s.status),
             solution=s,
+            energy_std=math.sqrt(max(0.0, float(s.var_energy))),
         )
         for s in sols
     ]
