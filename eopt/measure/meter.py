@@ -175,9 +175,7 @@ class Meter:
 
     def _poll(self, now: float) -> None:
         if self.method == "counter":
-            value = self.device.energy_counter_j()
-            if value is not None:
-                self.counter_trace.append(self.clock.now(), value)
+            self._read_counter()
         else:
             reading = self.device.power()
             if self.power_trace is None:
@@ -186,17 +184,24 @@ class Meter:
             self.power_trace.append(reading.time_s, reading.power_w, reading.field)
             self.field = reading.field
 
+    def _read_counter(self) -> float:
+        """Read the counter; returns the instant it refers to (the middle of the read)."""
+        before = self.clock.now()
+        value = self.device.energy_counter_j()
+        now = 0.5 * (before + self.clock.now())
+        if value is None:
+            raise MeterError(f"{self.device.name}: the energy counter stopped answering")
+        self.counter_trace.append(now, value)
+        return now
+
     # windows -----------------------------------------------------------------------------
     def mark(self) -> float:
         """The current time on the device's clock, in s; on the counter path the counter is
         read at this instant too, so windows between marks are exact."""
-        now = self.clock.now()
         if self.method == "counter":
-            value = self.device.energy_counter_j()
-            if value is None:
-                raise MeterError(f"{self.device.name}: the energy counter stopped answering")
-            self.counter_trace.append(now, value)
-        elif self._timer is not None:
+            return self._read_counter()
+        now = self.clock.now()
+        if self._timer is not None:
             # Polling at the edge tells whether the sensor refreshed before or after it,
             # which a poll on the timer's schedule leaves open to within a polling period.
             self._poll(now)
@@ -245,7 +250,7 @@ class Meter:
             self.wait_until_covered(end_s + 2 * self.sensor_period_s)
         else:
             self.wait_until_covered(end_s)
-        short = duration < 10 * self.sensor_period_s
+        short = duration < 10 * self.sensor_period_s * (1 - 1e-9)  # float slack
         if self.method == "counter":
             if not self.counter_trace.covers(start_s, end_s):
                 raise MeterError(

@@ -232,7 +232,11 @@ def _candidate_blocks(n: int, min_block: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _block_statistics(x: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """|Welch t| between block [a, b) and the other runs, for every row of ``x``."""
+    """Pooled two-sample |t| between block [a, b) and the other runs, per row of ``x``.
+
+    The pooled (not Welch) statistic is maximized by the split that explains the most
+    variance, so it does not favour a few runs that happen to agree closely.
+    """
     n = x.shape[-1]
     zeros = np.zeros((*x.shape[:-1], 1))
     c1 = np.concatenate([zeros, np.cumsum(x, axis=-1)], axis=-1)
@@ -241,30 +245,31 @@ def _block_statistics(x: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray
     out1, out2 = c1[..., -1:] - in1, c2[..., -1:] - in2
     ni, no = (b - a).astype(float), (n - (b - a)).astype(float)
     mi, mo = in1 / ni, out1 / no
-    vi = np.maximum(in2 - ni * mi**2, 0.0) / np.maximum(ni - 1, 1)
-    vo = np.maximum(out2 - no * mo**2, 0.0) / np.maximum(no - 1, 1)
-    se = np.sqrt(vi / ni + vo / no)
+    ss = np.maximum(in2 - ni * mi**2, 0.0) + np.maximum(out2 - no * mo**2, 0.0)
+    se = np.sqrt(ss / max(n - 2, 1) * (1.0 / ni + 1.0 / no))
     # Floor the standard error so blocks of identical values do not divide by zero.
     floor = 1e-12 * (np.abs(x).mean(axis=-1, keepdims=True) + 1e-300)
     return np.abs(mi - mo) / np.maximum(se, floor)
 
 
 def _best_block(
-    x: np.ndarray, min_block: int, n_perm: int, rng: np.random.Generator
+    x: np.ndarray, min_block: int, n_perm: int, rng: np.random.Generator, min_effect: float
 ) -> tuple[int, int, float, float]:
     """(a, b, permutation p-value, relative level change) of the most distinct block."""
     a, b = _candidate_blocks(x.size, min_block)
     stat = _block_statistics(x[None, :], a, b)[0]
     j = int(np.argmax(stat))
     observed = float(stat[j])
-    perms = np.stack([rng.permutation(x) for _ in range(n_perm)])
-    null_max = _block_statistics(perms, a, b).max(axis=1)
-    p = (1.0 + float(np.sum(null_max >= observed))) / (n_perm + 1.0)
     lo, hi = int(a[j]), int(b[j])
     inside = float(x[lo:hi].mean())
     outside = float(np.concatenate([x[:lo], x[hi:]]).mean())
     scale = max(abs(inside), abs(outside))
     rel = abs(inside - outside) / scale if scale > 0 else 0.0
+    if rel < min_effect:
+        return lo, hi, 1.0, rel  # too small to flag whatever the test says: skip it
+    perms = rng.permuted(np.tile(x, (n_perm, 1)), axis=1)
+    null_max = _block_statistics(perms, a, b).max(axis=1)
+    p = (1.0 + float(np.sum(null_max >= observed))) / (n_perm + 1.0)
     return lo, hi, p, rel
 
 
@@ -278,15 +283,15 @@ def detect_state_change(
 ) -> StateChange:
     """Find blocks of consecutive runs at different levels (binary segmentation).
 
-    The most distinct block [a, b) is the one maximizing Welch's t between its runs and all
-    the others (a block at either end is a single change point, one in the middle an
+    The most distinct block [a, b) is the one maximizing the pooled t between its runs and
+    all the others (a block at either end is a single change point, one in the middle an
     excursion and return); its significance comes from a permutation test of that maximum,
     so testing every block does not inflate false alarms. The pieces between accepted edges
     are searched again.
 
     Args:
         values: Single-run values in the order they were measured.
-        alpha: Significance level per split.
+        alpha: Family-wise significance level (the k-th search is tested at alpha / k).
         min_effect: Smallest relative difference of block means that counts.
         min_block: Smallest block; default max(3, n // 10).
         n_perm: Permutations per test.
@@ -301,12 +306,16 @@ def detect_state_change(
     cuts: set[int] = set()
     p_values: list[float] = []
     todo = [(0, arr.size)]
+    tests = 0
     while todo:
         lo, hi = todo.pop()
         if hi - lo < 2 * mb or np.ptp(arr[lo:hi]) == 0:
             continue
-        a, b, p, rel = _best_block(arr[lo:hi], mb, n_perm, rng)
-        if p < alpha and rel >= min_effect:
+        a, b, p, rel = _best_block(arr[lo:hi], mb, n_perm, rng, min_effect)
+        tests += 1
+        # Bonferroni over the searches made so far, so that refining the pieces of an
+        # accepted split does not add false alarms.
+        if p < alpha / tests and rel >= min_effect:
             p_values.append(p)
             inner = [e for e in (lo + a, lo + b) if lo < e < hi]
             cuts.update(inner)

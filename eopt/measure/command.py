@@ -1,0 +1,129 @@
+"""The energy of one command and of the regions it reports (``eopt measure -- CMD``).
+
+The command runs as a child process with ``EOPT_REGIONS_FILE`` set (see
+:mod:`eopt.measure.regions`); the meter watches the GPU on the wall clock meanwhile, and the
+child's region windows are charged from the meter's trace afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from eopt.devices.base import Device, WallClock
+from eopt.measure.meter import Meter, MeterMethod
+from eopt.measure.regions import (
+    REGIONS_FILE_ENV,
+    RegionReport,
+    attribute_regions,
+    read_region_windows,
+)
+
+__all__ = ["CommandMeasurement", "MeasureError", "measure_command", "require_wall_clock"]
+
+
+class MeasureError(RuntimeError):
+    """A command cannot be measured as asked (simulated GPU, command not found …)."""
+
+
+@dataclass(frozen=True)
+class CommandMeasurement:
+    """The outcome of :func:`measure_command`.
+
+    Attributes:
+        command: The command as run.
+        returncode: The child's exit status.
+        report: Per-region energy, totals and the energy outside every region.
+        device: The measured device's name.
+        model: Its model.
+    """
+
+    command: tuple[str, ...]
+    returncode: int
+    report: RegionReport
+    device: str
+    model: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready mapping (``eopt measure --json``)."""
+        return {
+            "command": list(self.command),
+            "returncode": self.returncode,
+            "device": self.device,
+            "model": self.model,
+            **self.report.to_dict(),
+        }
+
+
+def require_wall_clock(device: Device, what: str) -> None:
+    """Refuse to measure real work on a device whose clock is not the wall clock.
+
+    The simulated GPU runs on virtual time and only "sees" simulated kernels: a real
+    process or Python function leaves its sensors untouched, so any number read from them
+    would be made up.
+
+    Raises:
+        MeasureError: naming the device and what to do instead.
+    """
+    if not isinstance(device.clock, WallClock):
+        raise MeasureError(
+            f"{what} runs real work, but {device.name} ({device.model}) is simulated: its "
+            "sensors cannot see a real process, so its GPU energy cannot be measured here. "
+            "Run on a machine with an NVIDIA GPU, or measure a simulated kernel (sim:gemm)."
+        )
+
+
+def measure_command(
+    command: Sequence[str],
+    device: Device,
+    *,
+    method: MeterMethod = "auto",
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    regions_file: str | os.PathLike[str] | None = None,
+) -> CommandMeasurement:
+    """Run ``command`` and measure the device's energy during it, per region.
+
+    Args:
+        command: Program and arguments (no shell; pass ``["sh", "-c", "…"]`` for one).
+        device: The GPU to watch; its clock must be the wall clock.
+        method: Meter method (``auto``: the energy counter where it exists).
+        env: Extra environment variables for the child.
+        cwd: The child's working directory.
+        regions_file: Where the child appends its regions (a temporary file by default).
+
+    Raises:
+        MeasureError: on a simulated device, an empty command, or one that cannot start.
+    """
+    if not command:
+        raise MeasureError("no command given; usage: eopt measure -- CMD [ARGS…]")
+    require_wall_clock(device, "eopt measure")
+    with tempfile.TemporaryDirectory(prefix="eopt-measure-") as tmp:
+        path = Path(regions_file) if regions_file is not None else Path(tmp) / "regions.jsonl"
+        path.unlink(missing_ok=True)
+        child_env = {**os.environ, **(env or {}), REGIONS_FILE_ENV: str(path)}
+        with Meter(device, method=method) as meter:
+            device.clock.sleep(meter.period_s)  # a reading before the command starts
+            start = meter.mark()
+            try:
+                proc = subprocess.run(list(command), env=child_env, cwd=cwd, check=False)
+            except FileNotFoundError:
+                raise MeasureError(f"command not found: {command[0]!r}") from None
+            except PermissionError:
+                raise MeasureError(f"command is not executable: {command[0]!r}") from None
+            device.synchronize()
+            end = meter.mark()
+            windows = read_region_windows(path)
+            report = attribute_regions(windows, meter, start, end)
+    return CommandMeasurement(
+        command=tuple(command),
+        returncode=proc.returncode,
+        report=report,
+        device=device.name,
+        model=device.model,
+    )

@@ -1,0 +1,183 @@
+"""Regions: nesting, decorator, attribution against truth, the child-process protocol."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from eopt.devices.base import PowerReading, WallClock
+from eopt.devices.operating_point import OperatingPoint
+from eopt.measure import regions
+from eopt.measure.command import MeasureError, measure_command
+from eopt.measure.meter import Meter
+from eopt.measure.regions import (
+    RegionError,
+    RegionRecorder,
+    attribute_regions,
+    read_region_windows,
+)
+
+
+def test_nested_regions_and_decorator_on_a_fake_gpu(fake_gpu):
+    gpu = fake_gpu(idle_w=50.0)
+    rec = RegionRecorder(clock=gpu.clock)
+
+    @rec.region("bwd")
+    def backward() -> None:
+        gpu.busy(0.4, 300.0)
+
+    with Meter(gpu) as meter:
+        t0 = meter.mark()
+        for _ in range(3):
+            with rec.region("step"):
+                with rec.region("fwd"):
+                    gpu.busy(0.2, 200.0)
+                backward()
+            gpu.clock.sleep(0.1)  # outside every region, at idle power
+        t1 = meter.mark()
+        report = attribute_regions(rec.windows, meter, t0, t1)
+    by_key = {r.key: r for r in report.regions}
+    assert set(by_key) == {"step", "step/fwd", "step/bwd"}
+    assert by_key["step/fwd"].calls == 3 and by_key["step/fwd"].depth == 1
+    assert by_key["step/fwd"].energy_j == pytest.approx(3 * 0.2 * 200.0)
+    assert by_key["step/bwd"].energy_j == pytest.approx(3 * 0.4 * 300.0)
+    assert by_key["step"].energy_j == pytest.approx(3 * (40.0 + 120.0))
+    assert by_key["step"].time_s == pytest.approx(1.8)
+    assert by_key["step/bwd"].mean_power_w == pytest.approx(300.0)
+    assert report.outside_energy_j == pytest.approx(3 * 0.1 * 50.0)
+    assert report.outside_time_s == pytest.approx(0.3)
+    assert report.total_energy_j == pytest.approx(480.0 + 15.0)
+    assert by_key["step"].share == pytest.approx(480.0 / 495.0)
+
+
+def test_regions_must_nest_and_names_are_checked():
+    rec = RegionRecorder()
+    rec.enter("a")
+    with pytest.raises(RegionError, match="must nest"):
+        rec.exit("b")
+    with pytest.raises(RegionError, match="without '/'"):
+        rec.region("a/b")
+
+
+def test_region_that_raises_is_still_recorded():
+    rec = RegionRecorder()
+    with pytest.raises(ZeroDivisionError), rec.region("boom"):
+        _ = 1 / 0
+    assert [w.name for w in rec.windows] == ["boom"]
+
+
+def test_module_level_region_uses_the_active_recorder_per_thread():
+    rec = RegionRecorder()
+
+    @regions.region("work")
+    def work() -> None:
+        with regions.region("inner"):
+            time.sleep(0.001)
+
+    with regions.use_recorder(rec):
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert sorted(w.key for w in rec.windows) == ["work"] * 4 + ["work/inner"] * 4
+
+
+def test_regions_file_round_trip_and_bad_lines(tmp_path):
+    path = tmp_path / "r.jsonl"
+    rec = RegionRecorder(sink=path)
+    with rec.region("a"), rec.region("b"):
+        pass
+    rec.close()
+    got = read_region_windows(path)
+    assert [w.key for w in got] == ["a/b", "a"]
+    assert got[0].start_s >= got[1].start_s
+    path.write_text(path.read_text() + '{"name": "c", "start_s": 2.0}\n')
+    with pytest.raises(RegionError, match=r"r\.jsonl:3: field 'end_s' is missing"):
+        read_region_windows(path)
+    path.write_text('{"name": "c", "start_s": 1.0, "end_s": 2.0}\n{"name": "d", "sta')
+    assert [w.name for w in read_region_windows(path)] == ["c"]  # cut-off last line
+    assert read_region_windows(tmp_path / "missing.jsonl") == []
+
+
+class WallFake:
+    """A GPU on the wall clock drawing a constant power, with an exact energy counter."""
+
+    index = 0
+    name = "wall0"
+    model = "Wall Fake"
+
+    def __init__(self, power_w: float = 150.0) -> None:
+        self.clock = WallClock()
+        self.power_w = power_w
+        self.t0 = time.perf_counter()
+
+    def energy_counter_j(self) -> float:
+        return self.power_w * (time.perf_counter() - self.t0)
+
+    def power(self) -> PowerReading:
+        return PowerReading(time.perf_counter(), self.power_w, "instant")
+
+    def synchronize(self) -> None:
+        pass
+
+    def current_operating_point(self) -> OperatingPoint:
+        return OperatingPoint()
+
+    def power_limit_range_w(self) -> tuple[float, float]:
+        return (100.0, 400.0)
+
+
+def test_measure_command_attributes_child_regions(tmp_path):
+    script = tmp_path / "child.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import time
+            from eopt.measure import regions
+
+            time.sleep(0.05)
+            for _ in range(2):
+                with regions.region("train"):
+                    with regions.region("fwd"):
+                        time.sleep(0.05)
+                    time.sleep(0.02)
+            """
+        )
+    )
+    gpu = WallFake(150.0)
+    result = measure_command([sys.executable, str(script)], gpu)
+    assert result.returncode == 0
+    by_key = {r.key: r for r in result.report.regions}
+    assert by_key["train"].calls == 2 and by_key["train/fwd"].calls == 2
+    # Constant power: each region's energy is power × its own duration (up to the clock
+    # reads that bracket each counter reading).
+    for r in by_key.values():
+        assert r.energy_j == pytest.approx(150.0 * r.time_s, rel=1e-3)
+    assert by_key["train/fwd"].time_s == pytest.approx(0.1, abs=0.05)
+    rep = result.report
+    assert rep.outside_energy_j == pytest.approx(150.0 * rep.outside_time_s, rel=1e-3)
+    assert rep.outside_time_s >= 0.05  # the child's start-up and first sleep
+    assert rep.total_energy_j == pytest.approx(
+        by_key["train"].energy_j + rep.outside_energy_j, rel=1e-3
+    )
+    data = result.to_dict()
+    assert data["schema"] == "eopt.regions-report/1"
+    json.dumps(data)
+
+
+def test_measure_command_reports_the_exit_status_and_bad_commands():
+    gpu = WallFake()
+    assert measure_command([sys.executable, "-c", "raise SystemExit(3)"], gpu).returncode == 3
+    with pytest.raises(MeasureError, match="command not found"):
+        measure_command(["/nonexistent/eopt-test-cmd"], gpu)
+
+
+def test_measure_command_refuses_a_simulated_gpu(fake_gpu):
+    with pytest.raises(MeasureError, match="simulated"):
+        measure_command(["true"], fake_gpu())

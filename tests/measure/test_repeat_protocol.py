@@ -1,0 +1,149 @@
+"""The repeat protocol on a scripted fake GPU: exact values, flags on injected faults."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from eopt.devices.operating_point import OperatingPoint
+from eopt.measure.meter import Meter
+from eopt.measure.repeat import RepeatPolicy, measure_signature, measure_static_power
+
+FAST = RepeatPolicy(warmup=1, min_runs=8, min_time_s=0.0, settle_s=0.2, n_boot=300)
+
+
+def _codes(sig) -> set[str]:
+    return {f["code"] for f in sig.meta["flags"]}
+
+
+@pytest.mark.parametrize("method", ["counter", "sampler"])
+def test_signature_of_a_steady_kernel_matches_the_script(fake_gpu, method):
+    gpu = fake_gpu(idle_w=60.0, counter=True)
+    with Meter(gpu, method=method) as meter:
+        sig = measure_signature(
+            "gemm",
+            lambda: gpu.busy(0.004, 250.0),
+            gpu,
+            meter,
+            impl="cublas",
+            workload={"m": 1024},
+            policy=FAST,
+        )
+    rel = 1e-6 if method == "counter" else 0.01
+    assert sig.static_power == pytest.approx(60.0, rel=rel)
+    assert sig.time == pytest.approx(0.004, rel=1e-9)
+    assert sig.dynamic_energy == pytest.approx((250.0 - 60.0) * 0.004, rel=rel * 5)
+    assert sig.energy == pytest.approx(250.0 * 0.004, rel=rel)
+    # Each window lasts at least ten sensor periods: ceil(1 s / 4 ms) invocations.
+    assert sig.meta["inner_repeats"] == math.ceil(1.0 / 0.004)
+    assert sig.meta["n"] == 8
+    assert sig.meta["method"] == method
+    assert sig.devices == ("fake0",) and sig.impl == "cublas" and sig.workload == {"m": 1024}
+    assert sig.op_point == gpu.current_operating_point()
+    assert sig.meta["flags"] == []
+    lo, hi = sig.meta["ci_energy_j"]
+    assert lo <= sig.meta["energy"]["mean"] <= hi
+
+
+def test_sync_hook_is_called_around_every_window(fake_gpu):
+    gpu = fake_gpu()
+    calls = []
+    with Meter(gpu) as meter:
+        measure_signature(
+            "k", lambda: gpu.busy(0.5, 200.0), gpu, meter, policy=FAST,
+            sync=lambda: calls.append(gpu.clock.now()),
+        )  # fmt: skip
+    # calibration (2) + warm-up windows (2 each) + measured windows (2 each)
+    assert len(calls) == 2 + 2 * FAST.warmup + 2 * FAST.min_runs
+
+
+def test_min_time_extends_the_run_count(fake_gpu):
+    gpu = fake_gpu()
+    policy = RepeatPolicy(warmup=0, min_runs=2, min_time_s=6.0, settle_s=0.1, n_boot=100)
+    with Meter(gpu) as meter:
+        sig = measure_signature("k", lambda: gpu.busy(0.25, 200.0), gpu, meter, policy=policy)
+    # windows of 1 s (4 × 0.25 s) until 6 s are measured
+    assert sig.meta["n"] == 6
+    assert sig.meta["inner_repeats"] == 4
+
+
+def test_state_change_in_the_middle_of_a_cell_is_flagged_not_averaged_away(fake_gpu):
+    gpu = fake_gpu()
+    calls = {"n": 0}
+
+    def kernel() -> None:
+        calls["n"] += 1
+        # windows of 100 invocations; windows ~9–16 run in a different state: 20 % slower
+        # at lower power
+        slow = 1000 <= calls["n"] < 1800
+        gpu.busy(0.012 if slow else 0.01, 180.0 if slow else 220.0)
+
+    policy = RepeatPolicy(warmup=1, min_runs=24, min_time_s=0.0, settle_s=0.1, n_boot=200)
+    with Meter(gpu) as meter:
+        sig = measure_signature("k", kernel, gpu, meter, policy=policy)
+    flags = [f for f in sig.meta["flags"] if f["code"] == "state_change"]
+    assert {f["quantity"] for f in flags} == {"time", "energy"}
+    runs = sig.meta["runs"]["time_s"]
+    assert sig.time == pytest.approx(sum(runs) / len(runs))  # every run kept in the mean
+    assert max(runs) > 1.1 * min(runs)
+
+
+def test_warmup_drift_is_flagged(fake_gpu):
+    gpu = fake_gpu()
+    calls = {"n": 0}
+
+    def kernel() -> None:
+        calls["n"] += 1
+        # power settles over the first ~20 windows (a device heating up)
+        gpu.busy(0.01, 200.0 * (1 + 0.1 * math.exp(-calls["n"] / 600.0)))
+
+    policy = RepeatPolicy(warmup=0, min_runs=20, min_time_s=0.0, settle_s=0.1, n_boot=200)
+    with Meter(gpu) as meter:
+        sig = measure_signature("k", kernel, gpu, meter, policy=policy)
+    assert "warmup_drift" in _codes(sig)
+    assert all(f["quantity"] == "energy" for f in sig.meta["flags"] if f["code"] == "warmup_drift")
+
+
+def test_negative_dynamic_energy_is_clamped_and_flagged(fake_gpu):
+    gpu = fake_gpu(idle_w=60.0)
+    with Meter(gpu) as meter:
+        sig = measure_signature("k", lambda: gpu.busy(0.1, 55.0), gpu, meter, policy=FAST)
+    assert sig.dynamic_energy == 0.0
+    assert "negative_dynamic_energy" in _codes(sig)
+    assert sig.meta["raw_dynamic_energy_j"] == pytest.approx((55.0 - 60.0) * 0.1, rel=1e-6)
+
+
+def test_budget_reached_is_flagged(fake_gpu):
+    gpu = fake_gpu()
+    policy = RepeatPolicy(warmup=0, min_runs=3, max_runs=4, min_time_s=100.0, settle_s=0.1)
+    with Meter(gpu) as meter:
+        sig = measure_signature("k", lambda: gpu.busy(1.0, 200.0), gpu, meter, policy=policy)
+    assert sig.meta["n"] == 4
+    assert "budget_reached" in _codes(sig)
+
+
+def test_short_windows_carry_their_error(fake_gpu):
+    gpu = fake_gpu(counter=False, sensor="instant")
+    policy = RepeatPolicy(warmup=1, min_runs=5, min_time_s=0.0, min_window_s=0.02, settle_s=0.1)
+    with Meter(gpu) as meter:
+        sig = measure_signature("k", lambda: gpu.busy(0.02, 300.0), gpu, meter, policy=policy)
+    flag = next(f for f in sig.meta["flags"] if f["code"] == "short_window")
+    assert flag["relative_error"] > 0.01
+    assert sig.meta["energy_error_j"] > 0
+
+
+def test_static_power_tracks_the_operating_point(fake_gpu):
+    gpu = fake_gpu(idle_w=75.0)
+    gpu.set_operating_point(OperatingPoint(1200.0))
+    with Meter(gpu) as meter:
+        static = measure_static_power(gpu, meter)
+    assert static.power_w == pytest.approx(75.0)
+    assert static.window.duration_s == pytest.approx(1.0)  # ten sensor periods
+
+
+def test_bad_policies_are_rejected():
+    with pytest.raises(ValueError, match="max_runs"):
+        RepeatPolicy(min_runs=10, max_runs=5)
+    with pytest.raises(ValueError, match="confidence"):
+        RepeatPolicy(confidence=1.5)
