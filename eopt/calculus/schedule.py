@@ -75,7 +75,7 @@ def _as_placement(item: Any, index: int) -> Placement:
         missing = [k for k in ("signature", "start") if k not in item]
         if missing:
             raise ValueError(
-                f"placement {index}: missing key(s) {missing}; "
+                f"placements[{index}]: missing key(s) {missing}; "
                 "expected {'signature': Signature, 'device': str, 'start': seconds}"
             )
         sig, device, start = item["signature"], item.get("device"), item["start"]
@@ -83,20 +83,20 @@ def _as_placement(item: Any, index: int) -> Placement:
         sig, device, start = item
     else:
         raise ValueError(
-            f"placement {index}: expected (signature, device, start) or a dict with those "
+            f"placements[{index}]: expected (signature, device, start) or a dict with those "
             f"keys, got {item!r}"
         )
     if not isinstance(sig, Signature):
-        raise ValueError(f"placement {index}: signature must be a Signature, got {sig!r}")
+        raise ValueError(f"placements[{index}]: signature must be a Signature, got {sig!r}")
     if device is None:
         if len(sig.devices) != 1:
             raise ValueError(
-                f"placement {index} ({sig.name!r}): no device given and the signature is on "
+                f"placements[{index}] ({sig.name!r}): no device given and the signature is on "
                 f"{list(sig.devices) or 'no device'}; give the device to run it on"
             )
         device = sig.devices[0]
     if isinstance(start, bool) or not isinstance(start, (int, float)) or not math.isfinite(start):
-        raise ValueError(f"placement {index} ({sig.name!r}): start must be a finite number of s")
+        raise ValueError(f"placements[{index}] ({sig.name!r}): start must be a finite number of s")
     return Placement(sig.on(str(device)), str(device), float(start))
 
 

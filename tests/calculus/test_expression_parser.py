@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from eopt.calculus import (
     ExpressionError,
@@ -150,3 +152,45 @@ def test_parse_tree() -> None:
     assert tree.children[1].children[0].selector == (("impl", "x"),)
     with pytest.raises(TypeError):
         parse_expression(3)  # type: ignore[arg-type]
+
+
+# Random expressions: every notation evaluates to the operators applied directly ----------
+_SYMBOLS = {
+    "unicode": {"seq": " ⊗ ", "par": " ⊕ "},
+    "ascii": {"seq": " >> ", "par": " | "},
+    "star": {"seq": "*", "par": "|"},
+}
+_trees = st.recursive(
+    st.sampled_from(["a", "b", "c"]),
+    lambda sub: st.tuples(st.sampled_from(["seq", "par"]), st.lists(sub, min_size=2, max_size=3)),
+    max_leaves=8,
+)
+
+
+def _render(tree: object, style: str) -> str:
+    if isinstance(tree, str):
+        return tree
+    kind, children = tree  # type: ignore[misc]
+    parts = [_render(c, style) for c in children]
+    if style == "function":
+        return f"{kind}({', '.join(parts)})"
+    return "(" + _SYMBOLS[style][kind].join(parts) + ")"
+
+
+def _direct(tree: object) -> Signature:
+    if isinstance(tree, str):
+        return _by(tree)
+    kind, children = tree  # type: ignore[misc]
+    operands = [_direct(c) for c in children]
+    return seq(operands) if kind == "seq" else par(operands)
+
+
+@given(_trees, st.sampled_from(["function", "unicode", "ascii", "star"]))
+def test_random_expressions_in_every_notation(tree: object, style: str) -> None:
+    text = _render(tree, style)
+    expected = _direct(tree)
+    result = compose_expression(text, _lib())
+    assert result.energy == pytest.approx(expected.energy, rel=1e-12)
+    assert result.time == pytest.approx(expected.time, rel=1e-12)
+    assert result.var_energy == pytest.approx(expected.var_energy, rel=1e-9)
+    assert result.term == expected.term
