@@ -1,0 +1,50 @@
+"""Measurement: meters, regions, repeated runs and their statistics.
+
+Submodules load on first use, so ``from eopt.measure import regions`` in an instrumented
+program stays cheap (no NumPy or SciPy import)::
+
+    from eopt.measure import regions
+
+    with regions.region("forward"):
+        ...
+
+The rest: :class:`~eopt.measure.meter.Meter` (energy counter or power sampler),
+:func:`~eopt.measure.repeat.measure_signature` (one (κ, ω) cell → ``Signature``),
+:func:`~eopt.measure.command.measure_command` (``eopt measure -- CMD``) and
+:mod:`~eopt.measure.stats` (bootstrap, drift, state changes).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "Meter": "eopt.measure.meter",
+    "MeterError": "eopt.measure.meter",
+    "WindowEnergy": "eopt.measure.meter",
+    "RepeatPolicy": "eopt.measure.repeat",
+    "StaticPower": "eopt.measure.repeat",
+    "measure_signature": "eopt.measure.repeat",
+    "measure_static_power": "eopt.measure.repeat",
+    "run_repeats": "eopt.measure.repeat",
+    "signature_from_runs": "eopt.measure.repeat",
+    "RegionRecorder": "eopt.measure.regions",
+    "RegionReport": "eopt.measure.regions",
+    "attribute_regions": "eopt.measure.regions",
+    "region": "eopt.measure.regions",
+    "CommandMeasurement": "eopt.measure.command",
+    "MeasureError": "eopt.measure.command",
+    "measure_command": "eopt.measure.command",
+    "bootstrap_ci": "eopt.measure.stats",
+    "summarize": "eopt.measure.stats",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'eopt.measure' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

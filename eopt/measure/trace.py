@@ -273,5 +273,10 @@ class SensorTrace:
                 energy = self._interval_mean_window(start_s, end_s)
             else:
                 energy = self._point_window(start_s, end_s)
-            inside = bisect.bisect_right(self._u, end_s) - bisect.bisect_left(self._u, start_s)
+            # Refreshes that saw the window: strictly after its start for a point reading
+            # (one at the start edge read the power before it).
+            first = (bisect.bisect_right if self.kind == "point" else bisect.bisect_left)(
+                self._u, start_s
+            )
+            inside = bisect.bisect_right(self._u, end_s) - first
         return WindowIntegral(energy_j=energy, n_samples=inside, edge_jump_w=0.0)
