@@ -73,7 +73,8 @@ class ApplyPlan:
                     "`eopt apply` leaves this GPU unchanged"
                 )
                 for point, users in zip(plan.settings, plan.users, strict=True):
-                    out.append(f"  on switch to {point.label()} ({len(users)} elements):")
+                    noun = "element" if len(users) == 1 else "elements"
+                    out.append(f"  on switch to {point.label()} ({len(users)} {noun}):")
                     out.extend(f"    {call}" for call in nvml_calls(plan.gpu, point))
         return out
 

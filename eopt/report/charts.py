@@ -193,8 +193,9 @@ def gantt_svg(schedule: Schedule, *, width: float = 960, row_height: float = 30)
         elements = schedule.elements_on(name)
         busy = sum(e.duration for e in elements)
         idle_s = max(0.0, schedule.makespan - busy)
+        band_w = x(schedule.makespan) - x(0)  # devices are held (and idle) to the makespan
         out.append(
-            f'<rect class="idle" x="{x(0):.1f}" y="{y0 + 3:.1f}" width="{x(schedule.makespan) - x(0):.1f}" '
+            f'<rect class="idle" x="{x(0):.1f}" y="{y0 + 3:.1f}" width="{band_w:.1f}" '
             f'height="{row_height - 6:.1f}" fill="url(#idle-hatch)"><title>{esc(name)}: idle '
             f"{fmt_num(idle_s)} s of {fmt_num(schedule.makespan)} s</title></rect>"
         )

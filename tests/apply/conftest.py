@@ -72,6 +72,17 @@ class FakeGPU:
             point.power_limit_w if point.power_limit_w is not None else self.state.power_limit_w,
         )
 
+    control = True
+
+    def snapshot_state(self) -> dict[str, object]:
+        """What the devices guard saves for `eopt reset` (the NVML GPU's layout)."""
+        return {
+            "backend": "fake",
+            "index": self.index,
+            "model": self.model,
+            "power_limit_w": self.original.power_limit_w,
+        }
+
     def restore(self) -> None:
         with self._lock:
             self.calls.append(("restore", None, threading.current_thread().name))

@@ -98,6 +98,38 @@ def test_apply_locks_static_devices_and_keeps_them(mixed_schedule, opened, capsy
     assert "eopt reset" in out
 
 
+def test_kept_settings_are_recorded_for_eopt_reset(mixed_schedule, opened, capsys):
+    from eopt.devices.guard import find_state_files
+
+    code, _, _ = _run(["apply", str(mixed_schedule)], capsys)
+    assert code == 0
+    (state,) = find_state_files()
+    assert sorted(d["index"] for d in state.devices) == [0, 1]  # the two locked GPUs
+    assert state.devices[0]["power_limit_w"] == 300.0  # the original limit
+
+
+def test_failure_part_way_restores_and_leaves_no_state_file(fake_gpu):
+    from eopt.apply import apply_locked
+    from eopt.devices.guard import find_state_files
+
+    gpus = {"a": fake_gpu(0), "b": fake_gpu(1)}
+    gpus["b"].fail_on = 1200
+    from eopt.apply.settings import DevicePlan
+    from eopt.apply.static import ApplyPlan
+
+    plan = ApplyPlan(
+        (
+            DevicePlan("a", 0, (OperatingPoint(1410),), (("x",),)),
+            DevicePlan("b", 1, (OperatingPoint(1200),), (("y",),)),
+        )
+    )
+    with pytest.raises(Exception, match="injected failure"):
+        apply_locked(plan, gpus)
+    assert gpus["a"].state == gpus["a"].original  # the change already made is undone
+    assert [c[0] for c in gpus["a"].calls] == ["set", "restore"]
+    assert find_state_files() == []
+
+
 def test_until_exit_runs_the_command_then_restores(mixed_schedule, opened, capsys, tmp_path):
     marker = tmp_path / "ran"
     script = f"import pathlib, sys; pathlib.Path({str(marker)!r}).write_text('x'); sys.exit(3)"

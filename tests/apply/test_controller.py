@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 
@@ -200,3 +202,19 @@ def test_device_wide_part_only_is_compared(build, fake_gpu):
         assert ctl.enter("B") is False
         assert ctl.wait_idle(5.0)
     assert gpu.setters() == [OperatingPoint(1410)]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_mid_loop_restores_and_stops_the_workers(build, fake_gpu, signum):
+    gpu = fake_gpu(0)
+    ctl = RuntimeController(_two_clock_schedule(build), {"stage0": gpu})
+    expected = KeyboardInterrupt if signum == signal.SIGINT else SystemExit
+    with pytest.raises(expected), ctl:
+        ctl.enter("C")
+        assert ctl.wait_idle(5.0)
+        os.kill(os.getpid(), signum)
+        time.sleep(5)  # interrupted by the handler long before this ends
+    assert gpu.state == gpu.original
+    assert not any(t.name.startswith("eopt-switch-") for t in threading.enumerate())
+    # The process's own handlers are back in place.
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

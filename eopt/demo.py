@@ -1,0 +1,354 @@
+"""``eopt demo``: the whole product on the simulated GPU, in under a minute.
+
+1. **Characterize**: measure simulated pipeline-stage kernels (transformer forward and
+   backward, two implementations each) and a gradient all-reduce over a grid of SM
+   clocks with the measurement layer (static power, repeats, statistics) → a signature
+   library. Stages 0…S−2 run the same layers, so one representative stage is measured for
+   them (as in the Perseus profiles); the last stage, with the LM head, is measured on
+   its own.
+2. **Plan**: a 1F1B pipeline iteration of S stages × M microbatches, each stage ending
+   with a data-parallel gradient all-reduce.
+3. **Solve**: minimum energy with the makespan at most 5 % above the fastest one; also the
+   plan's time–energy frontier.
+4. **Report**: the schedule, the HTML report and a Perfetto trace.
+5. **Act**: ``eopt apply --dry-run`` of the schedule against simulated GPUs, and the
+   runtime controller driven through one iteration on them (switch counts and latency).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from eopt.calculus.library import write_library
+from eopt.calculus.signature import Signature
+from eopt.devices.operating_point import OperatingPoint
+
+__all__ = ["DemoResult", "demo_clocks", "run_demo"]
+
+Progress = Callable[[str, int, int], None]
+
+# Stage kernels: `layers` transformer layers of a 4096-wide model, 2048 tokens per
+# microbatch; the last stage carries the LM head (about one layer's worth more work).
+BODY_WORKLOAD = {"batch": 1.0, "seq": 2048.0, "hidden": 4096.0, "layers": 4.0}
+LAST_WORKLOAD = {**BODY_WORKLOAD, "layers": 5.0}
+# fp16 gradients of a ~1B-parameter stage, reduced across 8 data-parallel replicas.
+ALLREDUCE_WORKLOAD = {"bytes": 2.0 * 2**30, "world_size": 8.0}
+STAGE_IMPLS = ("megatron", "eager")
+ALLREDUCE_IMPLS = ("nccl_ring", "nccl_tree")
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    """What the demo produced and its headline numbers.
+
+    Attributes:
+        out_dir: Where the files are.
+        files: Name → path of each file written (library, plan, schedule, frontier,
+            report, trace).
+        cells: Number of (κ, ω) cells measured.
+        fastest_makespan_s: The fastest achievable iteration time, in s.
+        deadline_s: The deadline solved for, in s.
+        makespan_s: The schedule's iteration time, in s.
+        energy_j: The schedule's predicted energy, in J.
+        baseline_energy_j: The all-fastest plan's energy, in J.
+        baseline_makespan_s: The all-fastest plan's iteration time, in s.
+        gap: The certified optimality gap.
+        solver: Solver name, method and status.
+        dry_run: The lines `eopt apply --dry-run` prints.
+        switches: Runtime-controller switch statistics (``SwitchStats.to_dict()``).
+        wall_s: Wall time of the whole demo, in s.
+    """
+
+    out_dir: Path
+    files: dict[str, Path]
+    cells: int
+    fastest_makespan_s: float
+    deadline_s: float
+    makespan_s: float
+    energy_j: float
+    baseline_energy_j: float
+    baseline_makespan_s: float
+    gap: float | None
+    solver: dict[str, Any]
+    dry_run: list[str]
+    switches: dict[str, Any]
+    wall_s: float
+
+    @property
+    def saved_j(self) -> float:
+        """Energy saved against the all-fastest plan, in J."""
+        return self.baseline_energy_j - self.energy_j
+
+    @property
+    def saved_fraction(self) -> float:
+        """Saved energy as a fraction of the baseline."""
+        return self.saved_j / self.baseline_energy_j
+
+    @property
+    def time_added_s(self) -> float:
+        """Iteration time added against the all-fastest plan, in s."""
+        return self.makespan_s - self.baseline_makespan_s
+
+    @property
+    def time_added_fraction(self) -> float:
+        """Time added as a fraction of the baseline iteration time."""
+        return self.time_added_s / self.baseline_makespan_s
+
+
+def demo_clocks(
+    supported_mhz: Sequence[float], count: int, low_fraction: float = 0.6
+) -> list[float]:
+    """``count`` supported SM clocks spread evenly from the highest down to
+    ``low_fraction`` of it (lower clocks only cost energy on these kernels)."""
+    table = sorted(set(supported_mhz), reverse=True)
+    top = table[0]
+    floor = top * low_fraction
+    usable = [c for c in table if c >= floor]
+    if count >= len(usable):
+        return usable
+    step = (len(usable) - 1) / (count - 1) if count > 1 else 0
+    return sorted({usable[round(i * step)] for i in range(count)}, reverse=True)
+
+
+def run_demo(
+    out_dir: str | Path = "eopt-demo",
+    *,
+    stages: int = 4,
+    microbatches: int = 8,
+    slowdown: float = 0.05,
+    clocks: int = 7,
+    sim_model: str = "A100-SXM4-40GB",
+    seed: int = 0,
+    frontier_points: int = 12,
+    progress: Progress | None = None,
+) -> DemoResult:
+    """Run the demo and write its files into ``out_dir``.
+
+    Args:
+        out_dir: Output directory (created).
+        stages: S, pipeline stages (one simulated GPU each).
+        microbatches: M, microbatches per iteration.
+        slowdown: Deadline above the fastest makespan (0.05 = 5 %).
+        clocks: Number of SM clocks in the sweep.
+        sim_model: Simulated GPU model.
+        seed: Seed of the simulator's noise and the statistics.
+        frontier_points: Deadlines swept for the plan frontier.
+        progress: Called as ``progress(step, done, total)``.
+
+    Returns:
+        The files and headline numbers.
+    """
+    from eopt.devices import open_devices
+
+    if stages < 2:
+        raise ValueError(f"the demo pipeline needs at least 2 stages, got {stages}")
+    if microbatches < 1:
+        raise ValueError(f"microbatches must be ≥ 1, got {microbatches}")
+    started = time.perf_counter()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    report = progress or (lambda step, done, total: None)
+    files = {
+        "library": out / "signatures.jsonl",
+        "plan": out / "plan.yaml",
+        "schedule": out / "schedule.json",
+        "frontier": out / "frontier.csv",
+        "report": out / "report.html",
+        "trace": out / "trace.json",
+    }
+
+    # 1. Characterize on one simulated GPU ---------------------------------------------
+    (gpu,) = open_devices(backend="sim", indices=[0], sim_model=sim_model, seed=seed)
+    grid = demo_clocks(gpu.supported_sm_clocks_mhz(), clocks)
+    signatures, idle_power_w = _characterize(gpu, grid, stages, seed, report)
+    write_library(files["library"], signatures)
+
+    # 2. Plan --------------------------------------------------------------------------
+    plan = _pipeline_with_allreduce(stages, microbatches, idle_power_w, files["library"])
+    from eopt.plan.planfile import write_plan
+
+    write_plan(files["plan"], plan)
+
+    # 3. Solve -------------------------------------------------------------------------
+    from eopt.calculus.library import Library
+    from eopt.plan.problem import build_problem
+    from eopt.plan.schedule import write_schedule
+    from eopt.plan.solve import plan_frontier, resolve_deadline, solve_plan
+
+    library = Library(signatures)
+    report("solve", 0, 2)
+    pp = build_problem(plan, library)
+    from solvers import fastest_makespan
+
+    fastest = float(fastest_makespan(pp.problem))
+    deadline = resolve_deadline(pp, slowdown=slowdown)
+    assert deadline is not None
+    schedule = solve_plan(
+        plan, deadline=deadline, method="auto", time_limit=20.0, gap=1e-3, library=library
+    )
+    write_schedule(files["schedule"], schedule)
+    report("solve", 1, 2)
+    points, _ = plan_frontier(plan, num_points=frontier_points, method="relax", library=library)
+    _write_frontier(files["frontier"], points)
+    report("solve", 2, 2)
+
+    # 4. Report ------------------------------------------------------------------------
+    from eopt.report import read_frontier_csv, write_report, write_trace
+
+    write_report(
+        files["report"],
+        schedule=schedule,
+        library=signatures,
+        frontier=read_frontier_csv(files["frontier"]),
+        title=f"eopt demo: 1F1B pipeline, {stages} stages × {microbatches} microbatches "
+        f"(simulated {gpu.model})",
+        sources=[p.name for p in (files["library"], files["plan"], files["schedule"])],
+    )
+    write_trace(files["trace"], schedule)
+
+    # 5. Act: dry run, then the runtime controller through one iteration ----------------
+    dry_run, switches = _act(schedule, sim_model, seed)
+
+    base = schedule.baseline or {}
+    return DemoResult(
+        out_dir=out,
+        files=files,
+        cells=len(signatures),
+        fastest_makespan_s=fastest,
+        deadline_s=deadline,
+        makespan_s=schedule.makespan,
+        energy_j=schedule.energy,
+        baseline_energy_j=float(base.get("energy", schedule.energy)),
+        baseline_makespan_s=float(base.get("makespan", schedule.makespan)),
+        gap=schedule.gap,
+        solver=dict(schedule.solver),
+        dry_run=dry_run,
+        switches=switches,
+        wall_s=time.perf_counter() - started,
+    )
+
+
+def _characterize(
+    gpu: Any, grid: Sequence[float], stages: int, seed: int, report: Progress
+) -> tuple[list[Signature], float]:
+    """Measure every (kernel, κ, ω) cell; returns the library and the idle power s̄ (W)."""
+    from eopt.apply.guard import device_guard
+    from eopt.measure.meter import Meter
+    from eopt.measure.repeat import RepeatPolicy, measure_signature, measure_static_power
+
+    # Short windows keep the demo fast; the statistics still come from ≥ 5 windows.
+    policy = RepeatPolicy(warmup=1, min_runs=5, min_time_s=0.5, settle_s=0.2, n_boot=200, seed=seed)
+    kernels = [
+        ("body.forward", "transformer_fwd", STAGE_IMPLS, BODY_WORKLOAD),
+        ("body.backward", "transformer_bwd", STAGE_IMPLS, BODY_WORKLOAD),
+        ("last.forward", "transformer_fwd", STAGE_IMPLS, LAST_WORKLOAD),
+        ("last.backward", "transformer_bwd", STAGE_IMPLS, LAST_WORKLOAD),
+        ("allreduce", "allreduce", ALLREDUCE_IMPLS, ALLREDUCE_WORKLOAD),
+    ]
+    total = len(grid) * sum(len(impls) for _, _, impls, _ in kernels)
+    done = 0
+    measured: list[Signature] = []
+    report("sweep", 0, total)
+    with device_guard([gpu]), Meter(gpu) as meter:
+        # s̄: the ready GPU's draw at its default setting while a stage waits.
+        idle_power_w = measure_static_power(gpu, meter, settle_s=policy.settle_s).power_w
+        for clock in grid:
+            point = OperatingPoint(sm_clock_mhz=clock)
+            gpu.set_operating_point(point)
+            static = measure_static_power(gpu, meter, settle_s=policy.settle_s)
+            for name, kernel, impls, workload in kernels:
+                for impl in impls:
+                    sig = measure_signature(
+                        name,
+                        lambda k=kernel, i=impl, w=workload: gpu.launch(k, i, w),
+                        gpu,
+                        meter,
+                        impl=impl,
+                        workload={"kernel": kernel, **workload},
+                        op_point=point,
+                        policy=policy,
+                        static=static,
+                        backend="sim",
+                    )
+                    measured.append(sig)
+                    done += 1
+                    report("sweep", done, total)
+    return _per_stage(measured, stages), idle_power_w
+
+
+def _per_stage(measured: Sequence[Signature], stages: int) -> list[Signature]:
+    """Name the measured cells after the plan's element types (``stage{s}.forward`` …)."""
+    out: list[Signature] = []
+    for sig in measured:
+        role, _, kind = sig.name.partition(".")
+        if role == "allreduce":
+            out.append(sig)
+            continue
+        targets = [stages - 1] if role == "last" else list(range(stages - 1))
+        for s in targets:
+            meta = {**sig.meta, "profiled_as": sig.name}
+            out.append(dataclasses.replace(sig, name=f"stage{s}.{kind}", term="", meta=meta))
+    return out
+
+
+def _pipeline_with_allreduce(
+    stages: int, microbatches: int, idle_power_w: float, library_path: Path
+) -> Any:
+    """The 1F1B plan, each stage ending with a gradient all-reduce after its last backward."""
+    from eopt.plan.pipeline import pipeline_plan
+    from eopt.plan.planfile import PlanElement
+
+    plan = pipeline_plan(
+        stages,
+        microbatches,
+        idle_power_w,
+        schedule="1f1b",
+        libraries=[library_path.name],
+        name=f"demo-1f1b-s{stages}-m{microbatches}",
+    )
+    last_on: dict[str, str] = {}
+    for element in plan.elements:
+        last_on[element.device] = element.name
+    extra = tuple(
+        PlanElement(f"AR[s{s}]", f"stage{s}", "allreduce", (last_on[f"stage{s}"],))
+        for s in range(stages)
+    )
+    return dataclasses.replace(plan, elements=plan.elements + extra)
+
+
+def _write_frontier(path: Path, points: Sequence[Any]) -> None:
+    import csv
+
+    rows = [p.to_row() for p in points]  # the layout of `eopt solve --frontier`
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]) if rows else ["makespan_s"])
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _act(schedule: Any, sim_model: str, seed: int) -> tuple[list[str], dict[str, Any]]:
+    """The dry run on measure-only simulated GPUs, then the runtime controller through
+    one iteration in start order on simulated GPUs (restored at the end)."""
+    from eopt.apply import RuntimeController, plan_apply
+    from eopt.apply.settings import resolve_gpu_map
+    from eopt.devices import open_devices
+
+    mapping = resolve_gpu_map(schedule)
+    names = [d.name for d in schedule.devices]
+    indices = [mapping[n] for n in names]
+    watch = open_devices(backend="sim", indices=indices, sim_model=sim_model, control=False)
+    plan = plan_apply(schedule, dict(zip(names, watch, strict=True)), mapping)
+    lines = plan.lines()
+
+    gpus = open_devices(backend="sim", indices=indices, sim_model=sim_model, seed=seed)
+    with RuntimeController(schedule, dict(zip(names, gpus, strict=True))) as ctl:
+        for element in sorted(schedule.elements, key=lambda e: (e.start, e.device)):
+            ctl.enter(element.name)
+            ctl.wait_idle(10.0)  # one element at a time: every change is a real switch
+        stats = ctl.stats()
+    return lines, stats.to_dict()
