@@ -374,13 +374,13 @@ def selector_for(sig: Signature, among: Sequence[Signature]) -> str:
     candidates += sorted({k for s in among for k in s.op_point.extras})
     candidates += sorted({k for s in among for k in s.workload})
     for key in dict.fromkeys(candidates):
-        values = {repr(_selector_values(s, key)) for s in among}
-        if len(values) > 1 and _selector_values(sig, key) is not None:
+        distinct = {repr(_selector_values(s, key)) for s in among}
+        if len(distinct) > 1 and _selector_values(sig, key) is not None:
             keys.append(key)
     parts = []
     for key in keys:
         values = _selector_values(sig, key) or []
-        shown = values[0] if len(values) == 1 else ",".join(map(str, values))
+        shown: Any = values[0] if len(values) == 1 else ",".join(map(str, values))
         if isinstance(shown, float) and shown.is_integer():
             shown = int(shown)
         parts.append(f"{key}={shown}")

@@ -69,6 +69,7 @@ class Placement:
 
 def _as_placement(item: Any, index: int) -> Placement:
     """Accept a :class:`Placement`, a ``(signature, device, start)`` tuple or a dict."""
+    device: Any
     if isinstance(item, Placement):
         sig, device, start = item.signature, item.device, item.start
     elif isinstance(item, Mapping):
