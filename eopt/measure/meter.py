@@ -85,9 +85,19 @@ def sensor_period_s(device: Device) -> float:
     return DEFAULT_SENSOR_PERIOD_S
 
 
-def _kind_of_field(field: str) -> str:
-    """``interval_mean`` for fields averaging over the refresh interval, else ``point``."""
-    return "interval_mean" if field == "average" else "point"
+def _field_model(field: str) -> tuple[str, float]:
+    """How to read a power field: (sensor kind, averaging window in s).
+
+    ``average`` (the simulator) is the mean over the refresh interval; NVML's
+    ``average_1s`` a moving mean over the last second, read as a point value at the
+    window's centre (half a second earlier than it is read); anything else (NVML's
+    ``instant`` and ``usage``) a point value.
+    """
+    if field == "average":
+        return "interval_mean", 0.0
+    if field == "average_1s":
+        return "point", 1.0
+    return "point", 0.0
 
 
 class Meter:
@@ -137,6 +147,7 @@ class Meter:
         if not self.period_s > 0:
             raise ValueError(f"meter period must be positive, got {period_s}")
         self.sensor_kind = sensor_kind
+        self.averaging_s = 0.0  # window of a moving-average power field, in s
         self.power_trace: SensorTrace | None = None
         self.counter_trace = CounterTrace()
         self.field: str = "energy_counter" if self.method == "counter" else "unknown"
@@ -179,9 +190,11 @@ class Meter:
         else:
             reading = self.device.power()
             if self.power_trace is None:
-                kind = self.sensor_kind or _kind_of_field(reading.field)
-                self.power_trace = SensorTrace(kind, self.sensor_period_s)
-            self.power_trace.append(reading.time_s, reading.power_w, reading.field)
+                kind, self.averaging_s = _field_model(reading.field)
+                self.power_trace = SensorTrace(self.sensor_kind or kind, self.sensor_period_s)
+            # A moving average describes the middle of its window: shift it back by half.
+            t = reading.time_s - self.averaging_s / 2
+            self.power_trace.append(t, reading.power_w, reading.field)
             self.field = reading.field
 
     def _read_counter(self) -> float:
@@ -250,7 +263,8 @@ class Meter:
             self.wait_until_covered(end_s + 2 * self.sensor_period_s)
         else:
             self.wait_until_covered(end_s)
-        short = duration < 10 * self.sensor_period_s * (1 - 1e-9)  # float slack
+        resolution = max(self.sensor_period_s, self.averaging_s)
+        short = duration < 10 * resolution * (1 - 1e-9)  # float slack
         if self.method == "counter":
             if not self.counter_trace.covers(start_s, end_s):
                 raise MeterError(
@@ -270,7 +284,7 @@ class Meter:
         # The sensor refreshes once a sensor period P, so what happened inside the refresh
         # interval around an edge is unseen: each edge can shift the integral by up to the
         # power change seen around it times P.
-        p = self.sensor_period_s
+        p = max(self.sensor_period_s, self.averaging_s)  # the smearing time of the field
         error = p * (
             self.power_trace.power_range_w(start_s - p, start_s + 2 * p)
             + self.power_trace.power_range_w(end_s - p, end_s + 2 * p)
@@ -303,4 +317,5 @@ class Meter:
             "fields_read": fields,
             "poll_period_s": self.period_s,
             "sensor_period_s": self.sensor_period_s,
+            "averaging_s": self.averaging_s,
         }
