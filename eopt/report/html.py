@@ -31,7 +31,7 @@ __all__ = ["render_report", "write_report"]
 
 # At most this many element types get their own frontier plot (a 16-type pipeline
 # library would otherwise bury the rest of the report).
-MAX_ELEMENT_PLOTS = 8
+MAX_ELEMENT_PLOTS = 12
 
 
 def render_report(
@@ -350,7 +350,8 @@ def _measurement(m: Measurement) -> str:
         )
         for r in m.regions:
             out.append(
-                f"<tr><td>{esc(r.name)}</td><td>{r.calls}</td>"
+                f'<tr><td style="padding-left:{10 + 14 * r.depth}px">{esc(r.name)}</td>'
+                f"<td>{r.calls}</td>"
                 f"<td>{esc(fmt_num(r.energy_j, 6))}</td>"
                 f"<td>{esc(fmt_num(r.time_s, 6))}</td><td>{esc(fmt_num(r.mean_power_w))}</td>"
                 f"<td>{r.energy_j / total:.1%}</td></tr>"

@@ -172,13 +172,14 @@ class Region:
         energy_j: Inclusive energy over all calls, in J.
         time_s: Inclusive time over all calls, in s.
         calls: Number of calls.
-        mean_power_w: energy / time, in W.
+        depth: Nesting depth (0: top level).
     """
 
     name: str
     energy_j: float
     time_s: float
     calls: int = 1
+    depth: int = 0
 
     @property
     def mean_power_w(self) -> float:
@@ -239,14 +240,15 @@ def measurement_from_dict(data: Mapping[str, Any], source: str = "<measurement>"
     regions = []
     for i, r in enumerate(regions_raw):
         where = f"{source}: regions[{i}]"
-        if not isinstance(r, Mapping) or "name" not in r:
-            raise ReportInputError(f"{where}: expected an object with 'name'")
+        if not isinstance(r, Mapping) or not ("name" in r or "region" in r):
+            raise ReportInputError(f"{where}: expected an object with 'region' (its name)")
         regions.append(
             Region(
-                name=str(r["name"]),
+                name=str(r.get("region", r.get("name"))),
                 energy_j=_num_key(r, ("energy_j", "energy", "inclusive_energy_j"), where),
                 time_s=_num_key(r, ("time_s", "time", "inclusive_time_s"), where),
                 calls=int(r.get("calls", r.get("count", 1)) or 1),
+                depth=int(r.get("depth", 0) or 0),
             )
         )
     outside = None
@@ -259,6 +261,8 @@ def measurement_from_dict(data: Mapping[str, Any], source: str = "<measurement>"
     device = data.get("device", "")
     if isinstance(device, Mapping):
         device = " ".join(str(v) for v in device.values())
+    if data.get("model"):
+        device = f"{device} ({data['model']})" if device else str(data["model"])
     return Measurement(
         total_energy_j=energy,
         total_time_s=duration,

@@ -192,3 +192,30 @@ def test_bad_inputs_name_file_and_place(tmp_path):
         read_measurement(bad)
     with pytest.raises(ValueError, match="nothing to report"):
         render_report()
+
+
+def test_reads_what_eopt_measure_json_writes(tmp_path):
+    from eopt.measure.command import CommandMeasurement
+    from eopt.measure.regions import RegionReport, RegionStats
+
+    report = RegionReport(
+        regions=(
+            RegionStats("train", 0, 1, 1.5, 300.0, 0.5, 0, 0.75),
+            RegionStats("train/forward", 1, 8, 0.5, 90.0, 0.2, 0, 0.225),
+        ),
+        total_energy_j=400.0,
+        total_time_s=2.0,
+        outside_energy_j=100.0,
+        outside_time_s=0.5,
+        meter={"method": "counter"},
+    )
+    data = CommandMeasurement(("python", "train.py"), 0, report, "gpu0", "NVIDIA H200").to_dict()
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(data))
+    m = read_measurement(path)
+    assert [r.name for r in m.regions] == ["train", "train/forward"]
+    assert m.regions[1].depth == 1 and m.regions[1].mean_power_w == pytest.approx(180.0)
+    assert m.total_energy_j == 400.0 and m.outside_energy_j == 100.0
+    assert "NVIDIA H200" in m.device
+    text = " ".join(_parse(render_report(measurement=m)).text)
+    assert "train/forward" in text and "75.0%" in text and "25.0%" in text
