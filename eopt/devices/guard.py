@@ -77,6 +77,8 @@ class StateFile:
         created: When it was written (ISO 8601, UTC).
         devices: One JSON mapping per GPU (``backend``, ``index``, ``uuid``, ``model``,
             ``power_limit_w``).
+        kept: The run ended normally and kept its settings on purpose (``eopt apply``);
+            the file records the state to go back to.
     """
 
     path: Path
@@ -84,6 +86,7 @@ class StateFile:
     host: str
     created: str
     devices: tuple[dict[str, Any], ...]
+    kept: bool = False
 
     @property
     def stale(self) -> bool:
@@ -112,6 +115,7 @@ class StateFile:
             host=str(data.get("host", "")),
             created=str(data.get("created", "")),
             devices=tuple(devices),
+            kept=bool(data.get("kept", False)),
         )
 
     def write_devices(self, devices: Sequence[dict[str, Any]]) -> None:
@@ -119,15 +123,19 @@ class StateFile:
         if not devices:
             self.path.unlink(missing_ok=True)
             return
-        _write_json_atomic(self.path, _payload(self.pid, self.host, self.created, devices))
+        payload = _payload(self.pid, self.host, self.created, devices, self.kept)
+        _write_json_atomic(self.path, payload)
 
 
-def _payload(pid: int, host: str, created: str, devices: Sequence[dict[str, Any]]) -> dict:
+def _payload(
+    pid: int, host: str, created: str, devices: Sequence[dict[str, Any]], kept: bool = False
+) -> dict:
     return {
         "schema": STATE_SCHEMA,
         "pid": pid,
         "host": host,
         "created": created,
+        "kept": kept,
         "devices": list(devices),
     }
 
@@ -174,6 +182,13 @@ def warn_if_stale(stream: TextIO | None = None, directory: Path | None = None) -
         return []
     for f in stale:
         gpus = "; ".join(_describe(d) for d in f.devices)
+        if f.kept:
+            print(
+                f"note: GPU settings applied by eopt (pid {f.pid}, {f.created}) are still in "
+                f"effect; `eopt reset` restores the original ones ({gpus}).",
+                file=out,
+            )
+            continue
         print(
             f"WARNING: an earlier eopt run (pid {f.pid}, {f.created}) ended without restoring "
             f"GPU settings it changed ({gpus}). Run `eopt reset` to restore them "
@@ -190,6 +205,8 @@ class _Guard:
         self.devices = list(devices)
         self.directory = directory
         self.path: Path | None = None
+        self._entries: list[dict[str, Any]] = []
+        self._created = ""
         self._lock = threading.RLock()
         self._previous: dict[int, Any] = {}
 
@@ -202,10 +219,19 @@ class _Guard:
             entries.append(snapshot())
         if not entries:
             return
-        created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        self._created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         pid = os.getpid()
         self.path = self.directory / f"gpu-state-{pid}-{id(self):x}.json"
-        _write_json_atomic(self.path, _payload(pid, socket.gethostname(), created, entries))
+        self._entries = entries
+        _write_json_atomic(self.path, _payload(pid, socket.gethostname(), self._created, entries))
+
+    def keep(self) -> None:
+        """Leave the settings in place; mark the state file as kept for ``eopt reset``."""
+        if self.path is not None:
+            payload = _payload(
+                os.getpid(), socket.gethostname(), self._created, self._entries, kept=True
+            )
+            _write_json_atomic(self.path, payload)
 
     def restore(self) -> None:
         with self._lock:
@@ -262,7 +288,10 @@ class _Guard:
 
 @contextlib.contextmanager
 def restoring_on_exit(
-    devices: Sequence[Device], directory: Path | None = None, warn: bool = True
+    devices: Sequence[Device],
+    directory: Path | None = None,
+    warn: bool = True,
+    keep: bool = False,
 ) -> Iterator[Sequence[Device]]:
     """Run a block that changes device settings; put them back however it ends.
 
@@ -270,6 +299,9 @@ def restoring_on_exit(
         devices: The devices the block may change.
         directory: State-file directory (default :func:`state_dir`).
         warn: Warn about stale state files left by killed runs first.
+        keep: On a NORMAL exit leave the new settings in place (``eopt apply`` without
+            ``--until-exit``) and keep the state file, marked as kept, so ``eopt reset``
+            restores the originals later. Exceptions and signals still restore.
 
     Yields:
         ``devices``.
@@ -286,7 +318,14 @@ def restoring_on_exit(
     atexit.register(guard.restore_quietly)
     try:
         yield devices
-    finally:
+    except BaseException:
         guard.uninstall_handlers()
         atexit.unregister(guard.restore_quietly)
+        guard.restore()
+        raise
+    guard.uninstall_handlers()
+    atexit.unregister(guard.restore_quietly)
+    if keep:
+        guard.keep()
+    else:
         guard.restore()

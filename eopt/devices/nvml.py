@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import socket
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -48,6 +49,9 @@ T = TypeVar("T")
 STATE_BACKEND = "nvml"
 _LIMIT_TOLERANCE_W = 1.0  # boards round limits to whole watts
 _CLOCK_TOLERANCE_MHZ = 0.5
+_CLOCK_STEP_MHZ = 15.0  # clock tables step by 15 MHz on recent data-centre GPUs
+_CLOCK_CHECKS = 5
+_CLOCK_CHECK_INTERVAL_S = 0.02
 _NO_RIGHTS_HINT = "run with sudo (or grant CAP_SYS_ADMIN), or use --no-control to measure only"
 
 
@@ -158,6 +162,7 @@ class NvmlGPU:
         self.model = _text(self._nvml("reading the name", pynvml.nvmlDeviceGetName))
         self.uuid = _text(self._nvml("reading the UUID", pynvml.nvmlDeviceGetUUID))
         self._original: dict[str, Any] | None = None
+        self._changed: set[str] = set()  # what eopt touched: "sm", "mem", "limit"
         self._locked_sm: float | None = None
         self._locked_mem: float | None = None
         self._energy_supported: bool | None = None
@@ -284,20 +289,27 @@ class NvmlGPU:
 
     def _lock_sm(self, mhz: float) -> None:
         f = round(mhz)
+        self._changed.add("sm")
         self._nvml(f"locking the SM clock at {f} MHz", pynvml.nvmlDeviceSetGpuLockedClocks, f, f)
         self._locked_sm = float(f)
-        current = self._nvml(
-            "reading the SM clock", pynvml.nvmlDeviceGetClockInfo, pynvml.NVML_CLOCK_SM
-        )
         # An idle or throttled GPU may run below the lock; above it means it did not take.
-        if float(current) > f + 15.0:
-            raise DeviceError(
-                f"{self.name} ({self.model}): locked the SM clock at {f} MHz but it runs at "
-                f"{current} MHz; the lock did not take (another tool may manage clocks)"
+        # The clock settles within milliseconds, so look a few times before concluding.
+        for attempt in range(_CLOCK_CHECKS):
+            current = self._nvml(
+                "reading the SM clock", pynvml.nvmlDeviceGetClockInfo, pynvml.NVML_CLOCK_SM
             )
+            if float(current) <= f + _CLOCK_STEP_MHZ:
+                return
+            if attempt + 1 < _CLOCK_CHECKS:
+                time.sleep(_CLOCK_CHECK_INTERVAL_S)
+        raise DeviceError(
+            f"{self.name} ({self.model}): locked the SM clock at {f} MHz but it runs at "
+            f"{current} MHz; the lock did not take (another tool may manage clocks)"
+        )
 
     def _lock_mem(self, mhz: float) -> None:
         f = round(mhz)
+        self._changed.add("mem")
         try:
             self._nvml(
                 f"locking the memory clock at {f} MHz", pynvml.nvmlDeviceSetMemoryLockedClocks, f, f
@@ -311,6 +323,7 @@ class NvmlGPU:
         self._locked_mem = float(f)
 
     def _set_limit(self, watts: float) -> None:
+        self._changed.add("limit")
         milliwatts = round(watts * 1000.0)
         self._nvml(
             f"setting the power limit to {watts:g} W",
@@ -332,15 +345,23 @@ class NvmlGPU:
         """
         if self._original is None:
             return
-        self.restore_from_state(self._original, clocks=True)
+        self.restore_from_state(self._original, parts=tuple(sorted(self._changed)))
         self._original = None
+        self._changed.clear()
         self._locked_sm = None
         self._locked_mem = None
 
-    def restore_from_state(self, state: Mapping[str, Any], clocks: bool = True) -> list[str]:
+    def restore_from_state(
+        self, state: Mapping[str, Any], parts: Sequence[str] = ("limit", "mem", "sm")
+    ) -> list[str]:
         """Apply a saved state (see :meth:`snapshot_state`): reset clock locks, set the limit.
 
-        Used by :meth:`restore` and by ``eopt reset`` (with a state file's entry).
+        Used by :meth:`restore` (only the ``parts`` eopt changed) and by ``eopt reset``
+        (everything: a killed run cannot say what it had changed).
+
+        Args:
+            state: A :meth:`snapshot_state` mapping (``power_limit_w`` is used).
+            parts: Which of ``"sm"``, ``"mem"`` (clock locks) and ``"limit"`` to restore.
 
         Returns:
             What was done, one line each.
@@ -351,12 +372,13 @@ class NvmlGPU:
         self._require_control("restoring saved settings")
         done: list[str] = []
         failures: list[str] = []
-        if clocks:
+        if "sm" in parts:
             try:
                 self._nvml("resetting the locked SM clock", pynvml.nvmlDeviceResetGpuLockedClocks)
                 done.append(f"{self.name}: SM clock lock reset")
             except DeviceError as exc:
                 failures.append(str(exc))
+        if "mem" in parts:
             try:
                 self._nvml(
                     "resetting the locked memory clock", pynvml.nvmlDeviceResetMemoryLockedClocks
@@ -367,7 +389,7 @@ class NvmlGPU:
             except DeviceError as exc:
                 failures.append(str(exc))
         limit = state.get("power_limit_w")
-        if limit is not None:
+        if "limit" in parts and limit is not None:
             try:
                 self._set_limit(float(limit))
                 done.append(f"{self.name}: power limit back to {float(limit):g} W")

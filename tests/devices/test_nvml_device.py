@@ -176,3 +176,14 @@ def test_open_devices_uses_nvml_when_present_and_the_simulator_otherwise(make_fa
 def test_bad_index_names_the_valid_range(fake_nvml):
     with pytest.raises(DeviceError, match="NVML sees 1"):
         NvmlGPU(3)
+
+
+def test_restore_touches_only_what_eopt_changed(fake_nvml):
+    fake = fake_nvml.gpus[0]
+    fake.locked_sm = (900, 900)  # the administrator's own clock lock
+    gpu = NvmlGPU(0)
+    gpu.set_operating_point(OperatingPoint(power_limit_w=250))
+    gpu.restore()
+    assert fake.locked_sm == (900, 900)
+    assert fake.limit_mw == 400_000
+    assert "nvmlDeviceResetGpuLockedClocks" not in fake_nvml.setter_calls()

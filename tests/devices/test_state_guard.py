@@ -224,3 +224,32 @@ def test_a_malformed_state_file_is_named(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(ValueError, match=r"gpu-state-9\.json"):
         find_state_files(tmp_path)
+
+
+def test_keep_leaves_settings_on_normal_exit_and_reset_undoes_them_later(gpu, fake_nvml, capsys):
+    from eopt.cli.reset import command
+
+    with restoring_on_exit([gpu], keep=True):
+        gpu.set_operating_point(CHANGE)
+    assert fake_nvml.gpus[0].limit_mw == 210_000  # still applied
+    (state,) = find_state_files()
+    assert state.kept and state.devices[0]["power_limit_w"] == 350.0
+    # Once the applying process is gone, the next run notes it (not as an accident).
+    data = json.loads(state.path.read_text())
+    data["pid"] = _dead_pid()
+    state.path.write_text(json.dumps(data))
+    warn_if_stale()
+    err = capsys.readouterr().err
+    assert "still in effect" in err and "WARNING" not in err
+    result = CliRunner().invoke(command, [])
+    assert result.exit_code == 0, result.output
+    _assert_original(fake_nvml)
+    assert find_state_files() == []
+
+
+def test_keep_still_restores_when_the_block_fails(gpu, fake_nvml):
+    with pytest.raises(RuntimeError), restoring_on_exit([gpu], keep=True):
+        gpu.set_operating_point(CHANGE)
+        raise RuntimeError("switch failed")
+    _assert_original(fake_nvml)
+    assert find_state_files() == []
