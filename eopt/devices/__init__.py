@@ -11,16 +11,33 @@ Example::
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from eopt.devices.operating_point import OperatingPoint
 
 if TYPE_CHECKING:
     from eopt.devices.base import Device
 
-__all__ = ["SIM_ANNOUNCEMENT", "OperatingPoint", "open_devices"]
+# Loaded on first use, so importing the package never imports NVML or NumPy.
+_LAZY = {
+    "NvmlGPU": "eopt.devices.nvml",
+    "SimulatedGPU": "eopt.devices.sim",
+    "VirtualClock": "eopt.devices.sim",
+    "restoring_on_exit": "eopt.devices.guard",
+}
+
+__all__ = ["SIM_ANNOUNCEMENT", "OperatingPoint", "open_devices", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'eopt.devices' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
 
 SIM_ANNOUNCEMENT = "No NVIDIA GPU found: using the simulated {model} (eopt sim)."
 _BACKENDS = ("auto", "nvml", "sim")
@@ -56,10 +73,18 @@ def open_devices(
             f"unknown device backend {backend!r}; choose one of {', '.join(_BACKENDS)}"
         )
     if backend in ("auto", "nvml"):
-        from eopt.devices import nvml
+        try:
+            from eopt.devices import nvml
+        except ImportError as exc:  # nvidia-ml-py missing from this environment
+            if backend == "nvml":
+                from eopt.devices.base import DeviceError
 
-        count = nvml.device_count(raise_errors=backend == "nvml")
-        if count > 0:
+                raise DeviceError(
+                    f"cannot import pynvml ({exc}): pip install nvidia-ml-py"
+                ) from exc
+            nvml = None
+        count = nvml.device_count(raise_errors=backend == "nvml") if nvml else 0
+        if nvml is not None and count > 0:
             wanted = list(range(count)) if indices is None else list(indices)
             return [nvml.NvmlGPU(i, control=control) for i in wanted]
         if backend == "nvml":
