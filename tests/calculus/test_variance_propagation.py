@@ -12,6 +12,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from eopt.calculus import Signature, max_moments, par, par_multi, seq
 
@@ -112,11 +114,35 @@ def test_var_max_of_equal_standard_normals_is_one_minus_one_over_pi() -> None:
     assert var == pytest.approx(1 - 1 / math.pi, rel=1e-12)
 
 
-def test_var_max_exact_and_clark_agree_for_two() -> None:
-    for means, variances in [([1.0, 1.3], [0.04, 0.09]), ([2.0, 2.0], [0.5, 0.01])]:
-        exact = max_moments(means, variances, method="exact")
-        clark = max_moments(means, variances, method="clark")
-        assert exact == pytest.approx(clark, rel=1e-6)
+@given(
+    st.lists(st.floats(-1e3, 1e3), min_size=2, max_size=2),
+    st.lists(st.one_of(st.just(0.0), st.floats(1e-8, 10.0)), min_size=2, max_size=2),
+)
+def test_var_max_quadrature_matches_clark_exactly_for_two(
+    means: list[float], sds: list[float]
+) -> None:
+    # Clark's formulas are exact for two, so they check the quadrature over wide ranges
+    # (time scales 1e3 apart, spreads 1e9 apart, deterministic operands).
+    variances = [s * s for s in sds]
+    exact = max_moments(means, variances, method="exact")
+    clark = max_moments(means, variances, method="clark")
+    scale = max(sds)
+    assert exact[0] == pytest.approx(clark[0], abs=1e-9 * scale + 1e-12 * abs(clark[0]))
+    assert exact[1] == pytest.approx(clark[1], abs=1e-9 * scale * scale)
+
+
+def test_var_max_of_three_standard_normals_known_values() -> None:
+    mean, var = max_moments([0.0] * 3, [1.0] * 3)
+    assert mean == pytest.approx(3 / (2 * math.sqrt(math.pi)), rel=1e-12)
+    # E[M²] = 1 + √3/(2π) for the maximum of three standard normals.
+    assert var == pytest.approx(1 + math.sqrt(3) / (2 * math.pi) - mean**2, rel=1e-10)
+
+
+def test_clark_pair_keeps_tiny_spreads_of_long_times() -> None:
+    # 175 s ± 100 ns against a clearly shorter 162 s: Var(max) is the longer one's σ².
+    mean, var = max_moments([175.0, 162.0], [1e-14, 1e-15])
+    assert mean == 175.0
+    assert var == pytest.approx(1e-14, rel=1e-9)
 
 
 def test_var_max_with_deterministic_operands() -> None:
