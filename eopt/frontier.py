@@ -13,7 +13,8 @@ its operating frontier (paper §6.1). Frontiers compose (§6.2, App. H):
 
 Every :class:`Frontier` therefore keeps two sets: :attr:`Frontier.points`, the (T, E)
 frontier, and :attr:`Frontier.candidates`, the points a parallel coupling may need —
-those not dominated in (T, d, s) by a point of the same device-wide setting.
+those not dominated, by a point of the same device-wide setting, in every quantity
+through which an element can enter a parallel composite (see ``_coupling_mask``).
 
 Example:
     >>> from eopt.calculus.signature import Signature
@@ -25,7 +26,6 @@ Example:
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
@@ -189,31 +189,28 @@ def _first_of_duplicates(*columns: np.ndarray) -> np.ndarray:
     return keep
 
 
-def _nondominated_3d(t: np.ndarray, d: np.ndarray, s: np.ndarray) -> np.ndarray:
-    """Mask of points not dominated in (T, d, s) (weakly in all, strictly in one).
+def _nondominated(columns: Sequence[np.ndarray]) -> np.ndarray:
+    """Mask of points not dominated in every column at once (weakly in all, strictly in one).
 
-    Sweeps points by increasing T and keeps the (d, s) staircase of the points seen so
-    far: O(n log n) comparisons plus list updates.
+    Points are visited in lexicographic order, so a point can only be dominated by one
+    visited before it; each is compared with the kept points only. O(n · kept) in numpy.
     """
-    keep = _first_of_duplicates(t, d, s)
-    order = np.lexsort((s, d, t))
-    stair_d: list[float] = []  # ascending d, with strictly descending s
-    stair_s: list[float] = []
-    for k in order.tolist():
-        if not keep[k]:
+    data = np.column_stack(columns)
+    n = data.shape[0]
+    keep = _first_of_duplicates(*columns)
+    order = np.lexsort(tuple(data[:, k] for k in reversed(range(data.shape[1]))))
+    kept = np.empty_like(data)
+    count = 0
+    for i in order.tolist():
+        if not keep[i]:
             continue
-        dk, sk = float(d[k]), float(s[k])
-        pos = bisect.bisect_right(stair_d, dk)
-        if pos > 0 and stair_s[pos - 1] <= sk:
-            keep[k] = False
+        row = data[i]
+        if count and bool(np.any(np.all(kept[:count] <= row, axis=1))):
+            keep[i] = False
             continue
-        # Drop staircase entries that the new point dominates in (d, s).
-        lo = bisect.bisect_left(stair_d, dk)
-        hi = lo
-        while hi < len(stair_d) and stair_s[hi] >= sk:
-            hi += 1
-        stair_d[lo:hi] = [dk]
-        stair_s[lo:hi] = [sk]
+        kept[count] = row
+        count += 1
+    assert count <= n
     return keep
 
 
@@ -269,21 +266,26 @@ class Frontier:
         dominance: ``"interval"`` (discard a point only when an interval-separated point
             dominates it) or ``"point"`` (plain Pareto dominance of the means).
         confidence: Confidence of the intervals used by ``"interval"`` dominance.
+        idle_cap_w: The largest idle draw S (W) a later ⊕multi may pad with exactly;
+            default: the largest static power among ``points``.
 
     Attributes:
         points: The frontier, sorted by time ascending.
-        candidates: Points kept for parallel coupling: not dominated in (T, d, s) within
-            their device-wide setting (a superset of :attr:`points`).
+        candidates: Points kept for parallel coupling (a superset of :attr:`points`): per
+            device-wide setting, those not dominated in (T, d, s·T, E − S·T, s).
         achievable: Every point given (for plots: the dominated cells).
         dominance: The dominance rule.
         confidence: The interval confidence.
+        idle_cap_w: S, see the argument.
 
     Assumptions:
         Elements are mutually context-insensitive (paper §4), so a composite's value at a
-        choice of points is the operator applied to the points' signatures. Parallel
-        coupling with an explicit idle draw s̄ is exact when s̄ does not exceed the static
-        power of the candidates it pads (the regime of condition (iii) of Property 6.2);
-        the default pads each side at its own static power.
+        choice of points is the operator applied to the points' signatures. Compositions
+        are exact (equal to enumerating every combination of cells) for ⊗, for ⊕, and for
+        ⊕multi with an explicit idle draw s̄ ≤ :attr:`idle_cap_w`. ⊕multi's default draw
+        (each side's own static power) is exact on element frontiers; on a sequential
+        composite, whose static power is a time-weighted mean, pass the device's idle
+        draw instead.
     """
 
     def __init__(
@@ -291,6 +293,7 @@ class Frontier:
         points: Iterable[FrontierPoint],
         dominance: str = "interval",
         confidence: float = 0.95,
+        idle_cap_w: float | None = None,
     ) -> None:
         if dominance not in DOMINANCE_MODES:
             raise FrontierError(
@@ -309,7 +312,12 @@ class Frontier:
         self.points: tuple[FrontierPoint, ...] = tuple(
             sorted(chosen, key=lambda p: (p.time, p.energy))
         )
-        self.candidates: tuple[FrontierPoint, ...] = _coupling_candidates(pts, keep)
+        if idle_cap_w is None:
+            idle_cap_w = float(np.max(cols.s))
+        self.idle_cap_w = float(idle_cap_w)
+        self.candidates: tuple[FrontierPoint, ...] = _coupling_candidates(
+            pts, keep, self.idle_cap_w
+        )
 
     # Construction -------------------------------------------------------------------------
     @classmethod
@@ -334,8 +342,8 @@ class Frontier:
             raise FrontierError("no signatures given: an element's frontier needs its cells")
         return cls((FrontierPoint.from_signature(s) for s in sigs), dominance, confidence)
 
-    def _like(self, points: Iterable[FrontierPoint]) -> Frontier:
-        return Frontier(points, self.dominance, self.confidence)
+    def _like(self, points: Iterable[FrontierPoint], idle_cap_w: float) -> Frontier:
+        return Frontier(points, self.dominance, self.confidence, idle_cap_w)
 
     # Queries ------------------------------------------------------------------------------
     @property
@@ -408,7 +416,7 @@ class Frontier:
         d = ca.d[ii] + cb.d[jj]
         vt = ca.vt[ii] + cb.vt[jj]
         ve = ca.ve[ii] + cb.ve[jj]
-        return self._from_pairs(a, b, ii, jj, t, e, vt, ve, d)
+        return self._from_pairs(other, a, b, ii, jj, t, e, vt, ve, d)
 
     def par(self, other: Frontier) -> Frontier:
         """Same-device parallel composition ⊕, coupled through the makespan.
@@ -438,7 +446,7 @@ class Frontier:
         e = s * t + d
         var_d = _var_dynamic(ca, ii) + _var_dynamic(cb, jj)
         ve = var_d + s**2 * var_max
-        return self._from_pairs(a, b, ii, jj, t, e, var_max, ve, d)
+        return self._from_pairs(other, a, b, ii, jj, t, e, var_max, ve, d)
 
     def par_multi(
         self,
@@ -471,10 +479,11 @@ class Frontier:
         _, var_max = _clark_pair(ta, ca.vt[ii], tb, cb.vt[jj])
         var_d = _var_dynamic(ca, ii) + _var_dynamic(cb, jj)
         ve = var_d + (ca.s[ii] + cb.s[jj]) ** 2 * var_max
-        return self._from_pairs(a, b, ii, jj, t, e, var_max, ve, d, same_device=False)
+        return self._from_pairs(other, a, b, ii, jj, t, e, var_max, ve, d, same_device=False)
 
     def _from_pairs(
         self,
+        other: Frontier,
         a: Sequence[FrontierPoint],
         b: Sequence[FrontierPoint],
         ii: np.ndarray,
@@ -487,16 +496,16 @@ class Frontier:
         same_device: bool = True,
     ) -> Frontier:
         # Prune before building point objects: keep what the (T, E) frontier or a later
-        # coupling can use (see _coupling_candidates).
-        with np.errstate(divide="ignore", invalid="ignore"):
-            s = np.where(t > 0, (e - d) / np.where(t > 0, t, 1), 0.0)
+        # coupling can use (see _coupling_mask). The composite may pad exactly only with
+        # draws both operands were pruned for.
+        cap = min(self.idle_cap_w, other.idle_cap_w)
         c = _coefficient(self.confidence) if self.dominance == "interval" else 0.0
         on_front = pareto_mask(t, e, np.sqrt(vt), np.sqrt(ve), c)
         settings = [
             _compose_setting(a[i], b[j]) if same_device else MIXED_SETTING
             for i, j in zip(ii.tolist(), jj.tolist(), strict=True)
         ]
-        useful = on_front | _grouped_nondominated(t, d, s, settings)
+        useful = on_front | _coupling_mask(t, e, d, settings, cap)
         pts = [
             FrontierPoint(
                 time=float(t[k]),
@@ -510,7 +519,7 @@ class Frontier:
             )
             for k in np.flatnonzero(useful)
         ]
-        return self._like(pts)
+        return self._like(pts, cap)
 
 
 def _var_dynamic(cols: _Columns, idx: np.ndarray) -> np.ndarray:
@@ -531,31 +540,39 @@ def _settings(pts: Sequence[FrontierPoint]) -> list[Any]:
     return sorted({repr(p.setting) for p in pts})[:6]
 
 
-def _grouped_nondominated(
-    t: np.ndarray, d: np.ndarray, s: np.ndarray, settings: Sequence[Hashable]
+def _coupling_mask(
+    t: np.ndarray,
+    e: np.ndarray,
+    d: np.ndarray,
+    settings: Sequence[Hashable],
+    idle_cap_w: float,
 ) -> np.ndarray:
+    """Points a later parallel coupling may need: per device-wide setting, those not
+    dominated in (T, d, s·T, E − S·T, s) with S = ``idle_cap_w``.
+
+    Why these coordinates: in ⊕ (shared s) a point enters as s·T_max + d; in ⊕multi with
+    an idle draw s̄ ≤ S as d + s·T + s̄·(T_max − T), i.e. through T, and E − s̄·T, which is
+    linear in s̄ and so bounded by its values at s̄ = 0 (E = s·T + d) and s̄ = S; with the
+    default draw (each side's own static power) as d + s·T_max. Every coordinate but s adds
+    up under ⊗, so a point dropped here stays dominated inside any sequential composite.
+    """
+    with np.errstate(divide="ignore", invalid="ignore"):
+        s = np.where(t > 0, (e - d) / np.where(t > 0, t, 1), 0.0)
     groups: dict[Hashable, list[int]] = {}
     for k, key in enumerate(settings):
         groups.setdefault(key, []).append(k)
     keep = np.zeros(t.size, dtype=bool)
     for idx in groups.values():
         arr = np.array(idx)
-        keep[arr[_nondominated_3d(t[arr], d[arr], s[arr])]] = True
+        cols = [t[arr], d[arr], (e - d)[arr], (e - idle_cap_w * t)[arr], s[arr]]
+        keep[arr[_nondominated(cols)]] = True
     return keep
 
 
 def _coupling_candidates(
-    pts: Sequence[FrontierPoint], on_front: np.ndarray
+    pts: Sequence[FrontierPoint], on_front: np.ndarray, idle_cap_w: float
 ) -> tuple[FrontierPoint, ...]:
-    """Points a parallel coupling may need: the frontier plus, per device-wide setting,
-    the points not dominated in (T, d, s).
-
-    Why (T, d, s): in a parallel composite an element enters through its duration (via
-    the makespan), its dynamic energy, and its static power (drawn over its own time and,
-    at the default idle draw, over the padding) — so a point beaten in all three by a
-    point of the same setting can never help, while a (T, E)-dominated one can
-    (Property 6.2).
-    """
+    """The frontier plus the points a parallel coupling may need (see _coupling_mask)."""
     cols = _Columns.of(pts)
-    useful = on_front | _grouped_nondominated(cols.t, cols.d, cols.s, [p.setting for p in pts])
+    useful = on_front | _coupling_mask(cols.t, cols.e, cols.d, [p.setting for p in pts], idle_cap_w)
     return tuple(sorted((pts[i] for i in np.flatnonzero(useful)), key=lambda p: (p.time, p.energy)))

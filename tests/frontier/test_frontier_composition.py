@@ -265,3 +265,123 @@ def test_rows_carry_units_and_labels() -> None:
     assert row["energy_low_j"] == pytest.approx(110.0 - 1.959964, rel=1e-6)
     assert row["sm_clock_mhz"] == 1410.0
     assert math.isclose(row["static_power_w"], 50.0)
+
+
+@pytest.mark.parametrize("seed", range(15))
+def test_par_multi_with_idle_draw_above_some_static_powers(seed: int) -> None:
+    """s̄ between the cells' static powers: slower, lower-draw cells fill slack (6.2 iii)."""
+    rng = random.Random(400 + seed)
+    a = _cells(rng, "a", "g0", 4, 2)
+    b = _cells(rng, "b", "g1", 3, 2)
+    fa = Frontier.from_signatures(a, dominance="point")
+    fb = Frontier.from_signatures(b, dominance="point")
+    idle_a = rng.uniform(min(c.static_power for c in a), fa.idle_cap_w)
+    idle_b = rng.uniform(min(c.static_power for c in b), fb.idle_cap_w)
+    idle = {"g0": idle_a, "g1": idle_b}
+    brute = [
+        (par_multi(x, y, idle_power=idle).time, par_multi(x, y, idle_power=idle).energy)
+        for x, y in itertools.product(a, b)
+    ]
+    composite = fa.par_multi(fb, idle_power=idle_a, other_idle_power=idle_b)
+    _assert_same_points(composite, _pareto_brute(brute))
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_nested_seq_then_par_multi_matches_brute_force(seed: int) -> None:
+    """(a ⊗ b) ⊕multi c, padded at a device idle draw: candidates survive the ⊗ step."""
+    rng = random.Random(500 + seed)
+    a = _cells(rng, "a", "g0", 3, 2)
+    b = _cells(rng, "b", "g0", 2, 2)
+    c = _cells(rng, "c", "g1", 3, 2)
+    fa, fb, fc = (Frontier.from_signatures(s, dominance="point") for s in (a, b, c))
+    left = fa.seq(fb)
+    idle_l = rng.uniform(30.0, left.idle_cap_w)
+    idle_c = rng.uniform(30.0, fc.idle_cap_w)
+    brute = []
+    for x, y, z in itertools.product(a, b, c):
+        composite = par_multi(seq(x, y), z, idle_power={"g0": idle_l, "g1": idle_c})
+        brute.append((composite.time, composite.energy))
+    got = left.par_multi(fc, idle_power=idle_l, other_idle_power=idle_c)
+    _assert_same_points(got, _pareto_brute(brute))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_two_sequences_in_parallel_on_one_device(seed: int) -> None:
+    """(a ⊗ b) ⊕ (c ⊗ d) on one device, every operand free to pick its clock."""
+    rng = random.Random(600 + seed)
+    a = _cells(rng, "a", "g0", 2, 2)
+    static = {x.op_point.device_key: x.static_power for x in a}
+
+    def same_static(cells: list[Signature]) -> list[Signature]:
+        return [x.with_(static_power=static[x.op_point.device_key]) for x in cells]
+
+    b, c, d = (same_static(_cells(rng, n, "g0", 2, 2)) for n in "bcd")
+    brute = []
+    for w, x, y, z in itertools.product(a, b, c, d):
+        if len({v.op_point.device_key for v in (w, x, y, z)}) != 1:
+            continue
+        composite = par(seq(w, x), seq(y, z))
+        brute.append((composite.time, composite.energy))
+    fronts = [Frontier.from_signatures(s, dominance="point") for s in (a, b, c, d)]
+    got = fronts[0].seq(fronts[1]).par(fronts[2].seq(fronts[3]))
+    _assert_same_points(got, _pareto_brute(brute))
+
+
+def test_slower_cell_of_the_same_clock_fills_slack_when_idle_draws_more() -> None:
+    """Property 6.2 (iii) on two devices: with s̄ above the element's static power, a
+    slower implementation at the same clock wins although it is dominated in T, d and s·T.
+    """
+    clock, hot = OperatingPoint(sm_clock_mhz=900.0), OperatingPoint(sm_clock_mhz=1400.0)
+    fast = Signature("short", 40.0, 1.0, 20.0, devices=("g0",), impl="fast", op_point=clock)
+    slow = Signature("short", 40.0, 3.0, 25.0, devices=("g0",), impl="slow", op_point=clock)
+    turbo = Signature("short", 80.0, 0.9, 40.0, devices=("g0",), impl="fast", op_point=hot)
+    long = Signature("long", 50.0, 10.0, 100.0, devices=("g1",))
+    short = Frontier.from_signatures([fast, slow, turbo], dominance="point")
+    assert short.idle_cap_w == 80.0
+    got = short.par_multi(Frontier.from_signatures([long], dominance="point"), idle_power=60.0)
+    brute = [
+        (par_multi(x, long, idle_power={"g0": 60.0}).time,
+         par_multi(x, long, idle_power={"g0": 60.0}).energy)
+        for x in (fast, slow, turbo)
+    ]  # fmt: skip
+    _assert_same_points(got, _pareto_brute(brute))
+    assert [s.impl for s in got.min_energy.cells()] == ["slow", "default"]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_par_multi_with_per_cell_static_power(seed: int) -> None:
+    """Cells of one clock measured with different static powers (default padding)."""
+    rng = random.Random(700 + seed)
+    a = [c.with_(static_power=rng.uniform(30.0, 90.0)) for c in _cells(rng, "a", "g0", 2, 4)]
+    b = [c.with_(static_power=rng.uniform(30.0, 90.0)) for c in _cells(rng, "b", "g1", 2, 3)]
+    c = [c.with_(static_power=rng.uniform(30.0, 90.0)) for c in _cells(rng, "c", "g0", 1, 3)]
+    fa, fb, fc = (Frontier.from_signatures(s, dominance="point") for s in (a, b, c))
+    brute = [(par_multi(x, y).time, par_multi(x, y).energy) for x, y in itertools.product(a, b)]
+    _assert_same_points(fa.par_multi(fb), _pareto_brute(brute))
+    # After a sequential step, pad at a device draw (the composite's s is a mean).
+    left = fa.seq(fc)
+    idle = rng.uniform(30.0, left.idle_cap_w)
+    idle_b = min(idle, fb.idle_cap_w)
+    brute = [
+        (
+            par_multi(seq(x, z), y, idle_power={"g0": idle, "g1": idle_b}).time,
+            par_multi(seq(x, z), y, idle_power={"g0": idle, "g1": idle_b}).energy,
+        )
+        for x, y, z in itertools.product(a, b, c)
+    ]
+    got = left.par_multi(fb, idle_power=idle, other_idle_power=idle_b)
+    _assert_same_points(got, _pareto_brute(brute))
+
+
+def test_default_padding_needs_the_static_power_coordinate() -> None:
+    """Padding each side at its own static power: a cell with less static power wins over
+    one that is no worse in T, d, s·T and E − S·T (same clock, different impls)."""
+    clock = OperatingPoint(sm_clock_mhz=1000.0)
+    q = Signature("x", 60.0, 1.0, 0.0, devices=("g0",), impl="q", op_point=clock)
+    p = Signature("x", 30.0, 2.0, 60.0, devices=("g0",), impl="p", op_point=clock)
+    long = Signature("long", 50.0, 10.0, 0.0, devices=("g1",))
+    short = Frontier.from_signatures([q, p], dominance="point")
+    got = short.par_multi(Frontier.from_signatures([long], dominance="point"))
+    brute = [(par_multi(x, long).time, par_multi(x, long).energy) for x in (q, p)]
+    _assert_same_points(got, _pareto_brute(brute))
+    assert got.min_energy.energy == pytest.approx((30.0 + 50.0) * 10.0 + 60.0)
