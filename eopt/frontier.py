@@ -210,7 +210,6 @@ def _nondominated(columns: Sequence[np.ndarray]) -> np.ndarray:
             continue
         kept[count] = row
         count += 1
-    assert count <= n
     return keep
 
 
