@@ -1,8 +1,8 @@
 """``eopt demo``: the whole product on the simulated GPU, in under a minute.
 
-1. **Characterize**: measure simulated pipeline-stage kernels (transformer forward and
+1. **Characterize**: sweep simulated pipeline-stage kernels (transformer forward and
    backward, two implementations each) and a gradient all-reduce over a grid of SM
-   clocks with the measurement layer (static power, repeats, statistics) → a signature
+   clocks with ``eopt.sweep`` (static power, repeats, statistics) → a signature
    library. Stages 0…S−2 run the same layers, so one representative stage is measured for
    them (as in the Perseus profiles); the last stage, with the LM head, is measured on
    its own.
@@ -26,7 +26,6 @@ from typing import Any
 
 from eopt.calculus.library import write_library
 from eopt.calculus.signature import Signature
-from eopt.devices.operating_point import OperatingPoint
 
 __all__ = ["DemoResult", "demo_clocks", "run_demo"]
 
@@ -48,7 +47,8 @@ class DemoResult:
 
     Attributes:
         out_dir: Where the files are.
-        files: Name → path of each file written (library, plan, schedule, frontier,
+        files: Name → path of each file written (sweep: the measured cells; library:
+            the cells named after the plan's element types; plan, schedule, frontier,
             report, trace).
         cells: Number of (κ, ω) cells measured.
         fastest_makespan_s: The fastest achievable iteration time, in s.
@@ -154,6 +154,7 @@ def run_demo(
     out.mkdir(parents=True, exist_ok=True)
     report = progress or (lambda step, done, total: None)
     files = {
+        "sweep": out / "sweep.jsonl",
         "library": out / "signatures.jsonl",
         "plan": out / "plan.yaml",
         "schedule": out / "schedule.json",
@@ -162,10 +163,13 @@ def run_demo(
         "trace": out / "trace.json",
     }
 
+    for path in files.values():  # a fresh run: the sweep would otherwise resume old cells
+        path.unlink(missing_ok=True)
+
     # 1. Characterize on one simulated GPU ---------------------------------------------
     (gpu,) = open_devices(backend="sim", indices=[0], sim_model=sim_model, seed=seed)
     grid = demo_clocks(gpu.supported_sm_clocks_mhz(), clocks)
-    signatures, idle_power_w = _characterize(gpu, grid, stages, seed, report)
+    signatures, idle_power_w = _characterize(gpu, grid, stages, seed, files["sweep"], report)
     write_library(files["library"], signatures)
 
     # 2. Plan --------------------------------------------------------------------------
@@ -234,50 +238,54 @@ def run_demo(
 
 
 def _characterize(
-    gpu: Any, grid: Sequence[float], stages: int, seed: int, report: Progress
+    gpu: Any, grid: Sequence[float], stages: int, seed: int, sweep_path: Path, report: Progress
 ) -> tuple[list[Signature], float]:
-    """Measure every (kernel, κ, ω) cell; returns the library and the idle power s̄ (W)."""
-    from eopt.apply.guard import device_guard
+    """Sweep every (kernel, κ, ω) cell with ``eopt.sweep``; returns the library (named
+    after the plan's element types) and the idle power s̄ (W)."""
     from eopt.measure.meter import Meter
-    from eopt.measure.repeat import RepeatPolicy, measure_signature, measure_static_power
+    from eopt.measure.repeat import RepeatPolicy, measure_static_power
+    from eopt.sweep import Grid, parse_kernel, sweep
 
-    # Short windows keep the demo fast; the statistics still come from ≥ 5 windows.
-    policy = RepeatPolicy(warmup=1, min_runs=5, min_time_s=0.5, settle_s=0.2, n_boot=200, seed=seed)
+    # Short windows keep the demo fast: the simulated GPU has an energy counter (mJ), so
+    # a window need not span ten power-sensor periods. Statistics still use ≥ 5 windows.
+    policy = RepeatPolicy(
+        warmup=1,
+        min_runs=5,
+        min_time_s=0.5,
+        min_window_s=0.1,
+        settle_s=0.2,
+        n_boot=200,
+        seed=seed,
+    )
     kernels = [
-        ("body.forward", "transformer_fwd", STAGE_IMPLS, BODY_WORKLOAD),
-        ("body.backward", "transformer_bwd", STAGE_IMPLS, BODY_WORKLOAD),
-        ("last.forward", "transformer_fwd", STAGE_IMPLS, LAST_WORKLOAD),
-        ("last.backward", "transformer_bwd", STAGE_IMPLS, LAST_WORKLOAD),
-        ("allreduce", "allreduce", ALLREDUCE_IMPLS, ALLREDUCE_WORKLOAD),
+        parse_kernel(f"sim:{kernel}", params=workload, impls=impls, name=name)
+        for name, kernel, impls, workload in [
+            ("body.forward", "transformer_fwd", STAGE_IMPLS, BODY_WORKLOAD),
+            ("body.backward", "transformer_bwd", STAGE_IMPLS, BODY_WORKLOAD),
+            ("last.forward", "transformer_fwd", STAGE_IMPLS, LAST_WORKLOAD),
+            ("last.backward", "transformer_bwd", STAGE_IMPLS, LAST_WORKLOAD),
+            ("allreduce", "allreduce", ALLREDUCE_IMPLS, ALLREDUCE_WORKLOAD),
+        ]
     ]
-    total = len(grid) * sum(len(impls) for _, _, impls, _ in kernels)
-    done = 0
-    measured: list[Signature] = []
+    total = len(grid) * sum(len(k.implementations()) for k in kernels)
+    done_before = 0
     report("sweep", 0, total)
-    with device_guard([gpu]), Meter(gpu) as meter:
-        # s̄: the ready GPU's draw at its default setting while a stage waits.
+    measured: list[Signature] = []
+    for kernel in kernels:
+        cells = Grid(tuple(kernel.implementations()), tuple(grid))
+
+        def progress(
+            done: int, _total: int, _cell: object, _sig: object, base: int = done_before
+        ) -> None:
+            report("sweep", base + done, total)
+
+        result = sweep(kernel, cells, gpu, sweep_path, policy=policy, progress=progress)
+        measured.extend(result.signatures)
+        done_before += len(cells)
+    # s̄: the ready GPU's draw at its default setting (the sweep restored it) while a
+    # stage waits for its neighbours.
+    with Meter(gpu) as meter:
         idle_power_w = measure_static_power(gpu, meter, settle_s=policy.settle_s).power_w
-        for clock in grid:
-            point = OperatingPoint(sm_clock_mhz=clock)
-            gpu.set_operating_point(point)
-            static = measure_static_power(gpu, meter, settle_s=policy.settle_s)
-            for name, kernel, impls, workload in kernels:
-                for impl in impls:
-                    sig = measure_signature(
-                        name,
-                        lambda k=kernel, i=impl, w=workload: gpu.launch(k, i, w),
-                        gpu,
-                        meter,
-                        impl=impl,
-                        workload={"kernel": kernel, **workload},
-                        op_point=point,
-                        policy=policy,
-                        static=static,
-                        backend="sim",
-                    )
-                    measured.append(sig)
-                    done += 1
-                    report("sweep", done, total)
     return _per_stage(measured, stages), idle_power_w
 
 
