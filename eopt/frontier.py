@@ -196,7 +196,6 @@ def _nondominated(columns: Sequence[np.ndarray]) -> np.ndarray:
     visited before it; each is compared with the kept points only. O(n · kept) in numpy.
     """
     data = np.column_stack(columns)
-    n = data.shape[0]
     keep = _first_of_duplicates(*columns)
     order = np.lexsort(tuple(data[:, k] for k in reversed(range(data.shape[1]))))
     kept = np.empty_like(data)
