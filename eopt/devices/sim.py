@@ -217,7 +217,10 @@ class SimulatedGPU:
         self.clock.attach(self)
         self.control = control
         self._phys = self.profile.physics
-        self._rng = np.random.default_rng([seed, index])
+        # Separate streams: how often the sensor updates never shifts the launch jitter.
+        work_seed, sensor_seed = np.random.SeedSequence([seed, index]).spawn(2)
+        self._rng = np.random.default_rng(work_seed)
+        self._sensor_rng = np.random.default_rng(sensor_seed)
         self._noise = noise
         self._has_counter = energy_counter
         self._power_field = power_field
@@ -248,7 +251,7 @@ class SimulatedGPU:
         idle = self._idle_power_w()
         self._readings = {"instant": idle, "average": idle}
         self._reading_time = self._t
-        self._next_sensor_s = self._t + float(self._rng.uniform(0.0, SENSOR_PERIOD_S))
+        self._next_sensor_s = self._t + float(self._sensor_rng.uniform(0.0, SENSOR_PERIOD_S))
 
     # ------------------------------------------------------------------ identity
     def __repr__(self) -> str:
@@ -526,7 +529,7 @@ class SimulatedGPU:
         average = energy / covered if covered > 0 else last
         for field_name, value in (("instant", last), ("average", average)):
             if self._noise:
-                value *= 1.0 + self._phys.sensor_noise * self._rng.standard_normal()
+                value *= 1.0 + self._phys.sensor_noise * self._sensor_rng.standard_normal()
             self._readings[field_name] = round(max(value, 0.0), 3)  # NVML reports mW
         self._reading_time = now
         self._next_sensor_s = now + SENSOR_PERIOD_S
