@@ -32,12 +32,14 @@ from eopt.calculus.signature import Signature
 from eopt.calculus.uncertainty import BiasBound, accumulated_bias
 
 __all__ = [
+    "DeviceUsage",
     "Placement",
     "PlacementFile",
     "compose_schedule",
     "device_timelines",
     "read_placements",
     "schedule_bias",
+    "schedule_breakdown",
 ]
 
 # Start/end differences below this many seconds are rounding, not gaps or overlaps
@@ -168,6 +170,92 @@ def device_timelines(
     return {d: _clusters(sorted(ps, key=lambda p: p.start)) for d, ps in by_device.items()}
 
 
+def _device_parts(placements: Iterable[Any], idle_power: IdlePower) -> dict[str, list[Signature]]:
+    """Each device's sequence of elements, ⊕ groups and idle elements, origin to end."""
+    timelines = device_timelines(placements)
+    if not timelines:
+        raise ValueError("compose_schedule needs at least one placed element")
+    if isinstance(idle_power, Mapping):
+        missing = [d for d in timelines if d not in idle_power]
+        if missing:
+            raise ValueError(
+                f"idle_power has no entry for device {missing[0]!r} (it has "
+                f"{sorted(idle_power)}); give every device of the schedule a draw"
+            )
+    origin = min(c[0].start for clusters in timelines.values() for c in clusters)
+    horizon = max(p.end for clusters in timelines.values() for c in clusters for p in c)
+    out: dict[str, list[Signature]] = {}
+    for device, clusters in timelines.items():
+        parts: list[Signature] = []
+        cursor = origin
+        previous: Signature | None = None
+        for cluster in clusters:
+            merged = _merge_cluster(device, cluster)
+            gap = cluster[0].start - cursor
+            if gap > _TIME_EPS_S:
+                draw = _gap_power(device, idle_power, previous or merged)
+                parts.append(idle(gap, draw, device))
+            parts.append(merged)
+            cursor = max(cursor, max(p.end for p in cluster))
+            previous = merged
+        tail = horizon - cursor
+        if tail > _TIME_EPS_S and previous is not None:
+            parts.append(idle(tail, _gap_power(device, idle_power, previous), device))
+        out[device] = parts
+    return out
+
+
+@dataclass(frozen=True)
+class DeviceUsage:
+    """How one device of a schedule spends its time and energy.
+
+    Attributes:
+        device: The device.
+        busy_s: Time running elements (⊕ groups counted once), s.
+        idle_s: Time in idle elements, s.
+        busy_static_j: Static energy while busy, J.
+        idle_j: Energy of the idle elements, J.
+        dynamic_j: Dynamic energy of its elements, J.
+    """
+
+    device: str
+    busy_s: float
+    idle_s: float
+    busy_static_j: float
+    idle_j: float
+    dynamic_j: float
+
+    @property
+    def energy_j(self) -> float:
+        """The device's total energy over the schedule, J."""
+        return self.busy_static_j + self.idle_j + self.dynamic_j
+
+
+def schedule_breakdown(
+    placements: Iterable[Any], idle_power: IdlePower = None
+) -> list[DeviceUsage]:
+    """Per-device busy and idle time and energy of a schedule (devices in first-seen order).
+
+    The devices' energies add up to :func:`compose_schedule`'s energy; the idle share is
+    the static energy a schedule spends waiting (pipeline bubbles, stragglers).
+    """
+    usage = []
+    for device, parts in _device_parts(placements, idle_power).items():
+        idles = [p for p in parts if p.meta.get("idle")]
+        busy = [p for p in parts if not p.meta.get("idle")]
+        usage.append(
+            DeviceUsage(
+                device=device,
+                busy_s=sum(p.time for p in busy),
+                idle_s=sum(p.time for p in idles),
+                busy_static_j=sum(p.static_energy for p in busy),
+                idle_j=sum(p.energy for p in idles),
+                dynamic_j=sum(p.dynamic_energy for p in busy),
+            )
+        )
+    return usage
+
+
 def compose_schedule(
     placements: Iterable[Any],
     idle_power: IdlePower = None,
@@ -213,36 +301,8 @@ def compose_schedule(
         >>> s.term, s.energy  # 2 devices x 50 W x 2 s + 14 J
         ('(a ⊕multi (ι ⊗ b ⊗ ι))', 214.0)
     """
-    timelines = device_timelines(placements)
-    if not timelines:
-        raise ValueError("compose_schedule needs at least one placed element")
-    if isinstance(idle_power, Mapping):
-        missing = [d for d in timelines if d not in idle_power]
-        if missing:
-            raise ValueError(
-                f"idle_power has no entry for device {missing[0]!r} (it has "
-                f"{sorted(idle_power)}); give every device of the schedule a draw"
-            )
-    origin = min(c[0].start for clusters in timelines.values() for c in clusters)
-    horizon = max(p.end for clusters in timelines.values() for c in clusters for p in c)
-    per_device: list[Signature] = []
-    for device, clusters in timelines.items():
-        parts: list[Signature] = []
-        cursor = origin
-        previous: Signature | None = None
-        for cluster in clusters:
-            merged = _merge_cluster(device, cluster)
-            gap = cluster[0].start - cursor
-            if gap > _TIME_EPS_S:
-                draw = _gap_power(device, idle_power, previous or merged)
-                parts.append(idle(gap, draw, device))
-            parts.append(merged)
-            cursor = max(cursor, max(p.end for p in cluster))
-            previous = merged
-        tail = horizon - cursor
-        if tail > _TIME_EPS_S and previous is not None:
-            parts.append(idle(tail, _gap_power(device, idle_power, previous), device))
-        per_device.append(seq(parts, name=f"{name}@{device}"))
+    parts = _device_parts(placements, idle_power)
+    per_device = [seq(ps, name=f"{name}@{device}") for device, ps in parts.items()]
     if len(per_device) == 1:
         return per_device[0].with_(name=name)
     return par_multi(per_device, idle_power=idle_power, name=name)

@@ -13,7 +13,13 @@ from eopt.calculus.expression import ExpressionError, expression_bias, parse_exp
 from eopt.calculus.expression import evaluate as evaluate_expression
 from eopt.calculus.library import Library, LibraryError
 from eopt.calculus.operators import CompositionError
-from eopt.calculus.schedule import compose_schedule, read_placements, schedule_bias
+from eopt.calculus.schedule import (
+    DeviceUsage,
+    compose_schedule,
+    read_placements,
+    schedule_bias,
+    schedule_breakdown,
+)
 from eopt.calculus.signature import Signature
 from eopt.calculus.uncertainty import (
     BiasBound,
@@ -67,6 +73,7 @@ def _report(
     confidence: float,
     bias: BiasBound | None,
     deviation: DeviationResult | None,
+    usage: list[DeviceUsage] | None = None,
 ) -> dict[str, Any]:
     interval = prediction_interval(sig, confidence)
     out: dict[str, Any] = {
@@ -93,6 +100,19 @@ def _report(
             "threshold_j": deviation.threshold,
             "z": deviation.z,
         }
+    if usage is not None:
+        out["per_device"] = [
+            {
+                "device": u.device,
+                "busy_s": u.busy_s,
+                "idle_s": u.idle_s,
+                "busy_static_energy_j": u.busy_static_j,
+                "idle_energy_j": u.idle_j,
+                "dynamic_energy_j": u.dynamic_j,
+                "energy_j": u.energy_j,
+            }
+            for u in usage
+        ]
     out["signature"] = sig.to_dict()
     return out
 
@@ -144,6 +164,18 @@ def _print(data: dict[str, Any], confidence: float) -> None:
             f"(z = {t['z']:.3g})",
         )
     console.print(table, highlight=False)
+    if "per_device" in data:
+        per = Table("device", "busy", "idle", "idle energy", "energy", box=None, pad_edge=False)
+        for row in data["per_device"]:
+            share = row["idle_energy_j"] / row["energy_j"] if row["energy_j"] > 0 else 0.0
+            per.add_row(
+                escape(row["device"]),
+                _fmt_time(row["busy_s"]),
+                _fmt_time(row["idle_s"]),
+                f"{row['idle_energy_j']:.4g} J ({share:.1%})",
+                f"{row['energy_j']:.6g} J",
+            )
+        console.print(per, highlight=False)
 
 
 @click.command("compose")
@@ -211,6 +243,7 @@ def command(
         if not len(library):
             raise UserError(f"no signatures in {', '.join(libraries)}")
         bias: BiasBound | None = None
+        usage: list[DeviceUsage] | None = None
         if expression is not None:
             if expression.endswith(".jsonl") and Path(expression).exists():
                 raise UserError(
@@ -228,12 +261,13 @@ def command(
             try:
                 sig = compose_schedule(placements.placements, idle_power)
                 bias = schedule_bias(placements.placements, confidence)
+                usage = schedule_breakdown(placements.placements, idle_power)
             except (CompositionError, ValueError) as exc:
                 raise UserError(escape(f"{schedule_file}: {exc}")) from None
     except (ExpressionError, LibraryError, ValueError) as exc:
         raise UserError(escape(str(exc))) from None
     deviation = deviation_test(sig, measured_value, confidence) if measured_value else None
-    data = _report(sig, confidence, bias, deviation)
+    data = _report(sig, confidence, bias, deviation, usage)
     if as_json:
         write_json("-", data)
     else:

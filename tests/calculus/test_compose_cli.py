@@ -59,6 +59,12 @@ def test_compose_schedule_file() -> None:
     assert data["term"].startswith("((F1 ⊗ F2 ⊗ ι ⊗ B1 ⊗ ι ⊗ (B2 ⊕ (ι ⊗ AR))) ⊕multi")
     assert data["time_s"] == pytest.approx(9.5e-3)
     assert data["static_energy_j"] == pytest.approx(2 * 60.0 * 9.5e-3)
+    # gpu0 waits 2 ms for B1 and 1 ms for B2; gpu1 1 ms for F1 and 2 ms at the end.
+    per = {row["device"]: row for row in data["per_device"]}
+    assert per["gpu0"]["idle_s"] == pytest.approx(3e-3)
+    assert per["gpu1"]["idle_s"] == pytest.approx(3e-3)
+    assert per["gpu0"]["idle_energy_j"] == pytest.approx(60.0 * 3e-3)
+    assert sum(row["energy_j"] for row in per.values()) == pytest.approx(data["energy_j"])
 
 
 def test_compose_idle_power_option_overrides_the_file() -> None:

@@ -274,3 +274,18 @@ def test_schedule_bias_follows_the_eq9_structure() -> None:
     multi = schedule_bias([(a, "g0", 0.0), (b, "g0", 1.0), (d, "g1", 0.5)])
     assert [m for _, m, _ in multi.contributions] == [1.0, 2.0, 2.0]
     assert multi.bias == pytest.approx(c_alpha() * (0.1 + 2 * 0.2 + 2 * 0.4))
+
+
+def test_schedule_breakdown_adds_up_to_the_composition() -> None:
+    from eopt.calculus.schedule import schedule_breakdown
+
+    a, b, c = el("A", 2.0, d=3.0, s=50.0), el("B", 1.0, d=1.0, s=50.0), el("C", 1.0, d=2.0)
+    placements = [(a, "g0", 0.0), (b, "g0", 1.5), (c.on("g1"), "g1", 3.0)]
+    usage = schedule_breakdown(placements, idle_power={"g0": 10.0, "g1": 20.0})
+    g0, g1 = usage
+    # g0: A ⊕ (ι ⊗ B) busy 0–2.5 s, then idle to 4 s; g1: idle 0–3 s, C 3–4 s.
+    assert (g0.device, g0.busy_s, g0.idle_s) == ("g0", 2.5, 1.5)
+    assert (g0.busy_static_j, g0.idle_j, g0.dynamic_j) == pytest.approx((125.0, 15.0, 4.0))
+    assert (g1.busy_s, g1.idle_s, g1.idle_j) == pytest.approx((1.0, 3.0, 60.0))
+    total = compose_schedule(placements, idle_power={"g0": 10.0, "g1": 20.0}).energy
+    assert sum(u.energy_j for u in usage) == pytest.approx(total)
