@@ -14,6 +14,7 @@ from rich.table import Table
 
 from eopt.calculus.library import Library
 from eopt.cli._common import UserError, console, err_console, parse_percent, write_json
+from eopt.devices.operating_point import OperatingPoint
 from eopt.plan.planfile import Plan, read_plan
 from eopt.plan.problem import load_plan_library
 from eopt.plan.schedule import Schedule, write_schedule
@@ -25,13 +26,22 @@ METHODS = ("auto", "milp", "relax")
 
 
 def summarize_choices(schedule: Schedule) -> list[tuple[str, str]]:
-    """Per element type, how many elements run at each (κ, ω): ``[(type, "1410MHz×3, …")]``."""
-    counts: dict[str, Counter[str]] = {}
+    """Per element type, how many elements run at each (κ, ω), fastest clock first:
+    ``[("stage0.forward", "1410MHz×3, 1200MHz×9"), …]``."""
+    counts: dict[str, Counter[tuple[str, OperatingPoint]]] = {}
     for e in schedule.elements:
-        label = e.op_point.label() if e.impl == "default" else f"{e.impl}@{e.op_point.label()}"
-        counts.setdefault(e.type, Counter())[label] += 1
+        counts.setdefault(e.type, Counter())[(e.impl, e.op_point)] += 1
+
+    def order(item: tuple[tuple[str, OperatingPoint], int]) -> tuple[str, float, float]:
+        (impl, op), _ = item
+        return (impl, -(op.sm_clock_mhz or 0.0), -(op.power_limit_w or 0.0))
+
+    def label(impl: str, op: OperatingPoint) -> str:
+        return op.label() if impl == "default" else f"{impl}@{op.label()}"
+
     return [
-        (t, ", ".join(f"{label}×{n}" for label, n in c.most_common())) for t, c in counts.items()
+        (t, ", ".join(f"{label(*key)}×{n}" for key, n in sorted(c.items(), key=order)))
+        for t, c in counts.items()
     ]
 
 
