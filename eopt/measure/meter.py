@@ -299,6 +299,22 @@ class Meter:
             got.energy_j, duration, "sampler", self.field, error, got.n_samples, short
         )
 
+    def power_samples(self, start_s: float, end_s: float) -> list[tuple[float, float]]:
+        """(time s, power W) points of the trace within ``[start_s, end_s]``: the sensor's
+        refreshes, or the mean power between consecutive counter readings."""
+        if self.method == "sampler":
+            if self.power_trace is None:
+                return []
+            us, rs = self.power_trace.refreshes()
+            return [(u, r) for u, r in zip(us, rs, strict=True) if start_s <= u <= end_s]
+        ts, es = self.counter_trace.readings()
+        out = []
+        for (t0, e0), (t1, e1) in zip(zip(ts, es), zip(ts[1:], es[1:]), strict=False):
+            mid = 0.5 * (t0 + t1)
+            if start_s <= mid <= end_s and t1 > t0:
+                out.append((mid, (e1 - e0) / (t1 - t0)))
+        return out
+
     def _max_power_w(self) -> float:
         """The most the board can draw (its highest settable power limit), in W."""
         try:

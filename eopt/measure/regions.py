@@ -360,7 +360,7 @@ class RegionStats:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready mapping."""
         return {
-            "region": self.key,
+            "name": self.key,
             "depth": self.depth,
             "calls": self.calls,
             "time_s": self.time_s,
@@ -383,6 +383,7 @@ class RegionReport:
         outside_energy_j: Energy of the span outside every region, in J.
         outside_time_s: Time outside every region, in s.
         meter: The meter's description (method, power field …).
+        samples: (time s from the span's start, power W) points of the meter's trace.
     """
 
     regions: tuple[RegionStats, ...]
@@ -391,6 +392,7 @@ class RegionReport:
     outside_energy_j: float
     outside_time_s: float
     meter: dict[str, Any]
+    samples: tuple[tuple[float, float], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready mapping."""
@@ -406,6 +408,7 @@ class RegionReport:
             ),
             "meter": dict(self.meter),
             "regions": [r.to_dict() for r in self.regions],
+            "samples": [list(p) for p in self.samples],
         }
 
 
@@ -473,4 +476,5 @@ def attribute_regions(
         outside_energy_j=max(0.0, total.energy_j - inside_energy),
         outside_time_s=max(0.0, total.duration_s - inside_time),
         meter=meter.describe(),
+        samples=tuple((t - start_s, p) for t, p in meter.power_samples(start_s, end_s)),
     )

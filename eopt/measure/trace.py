@@ -70,6 +70,11 @@ class CounterTrace:
         first, last = self.span
         return bool(self._t) and first <= start_s and last >= end_s
 
+    def readings(self) -> tuple[list[float], list[float]]:
+        """Copies of the reading times (s) and counter values (J)."""
+        with self._lock:
+            return list(self._t), list(self._e)
+
     def _at(self, time_s: float) -> float:
         i = bisect.bisect_right(self._t, time_s) - 1
         if i >= 0 and self._t[i] == time_s:
