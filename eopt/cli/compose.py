@@ -184,7 +184,8 @@ def _print(data: dict[str, Any], confidence: float) -> None:
     "--schedule",
     "schedule_file",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Placements file (YAML/JSON list of {element, device, start}) instead of EXPR.",
+    help="Placements file (YAML/JSON list of {element, device, start}), or a schedule "
+    "written by `eopt solve`, instead of EXPR.",
 )
 @click.option(
     "--idle-power",
@@ -226,6 +227,7 @@ def command(
       eopt compose examples/attention.jsonl "prefix >> (compute | allreduce)" --json
       eopt compose examples/figure2_library.jsonl --schedule examples/figure2_schedule.yaml
       eopt compose lib.jsonl "gemm[impl=cutlass,sm_clock_mhz=1200] ⊗ idle(2ms, 60W)"
+      eopt compose plan.signatures.jsonl --schedule schedule.json --measured 253.4±0.5
     """
     if schedule_file is None:
         if len(args) < 2:
