@@ -333,7 +333,7 @@ def parse_values(spec: str, what: str, unit: str) -> list[float]:
         lo, hi, step = parts
         if step <= 0 or hi < lo:
             raise SweepError(f"{what} {spec!r}: need START ≤ STOP and STEP > 0; {hint}")
-        count = int(math.floor((hi - lo) / step + 1e-9)) + 1
+        count = math.floor((hi - lo) / step + 1e-9) + 1
         values = [lo + i * step for i in range(count)]
     else:
         values = parts

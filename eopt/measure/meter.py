@@ -309,7 +309,8 @@ class Meter:
             return [(u, r) for u, r in zip(us, rs, strict=True) if start_s <= u <= end_s]
         ts, es = self.counter_trace.readings()
         out = []
-        for (t0, e0), (t1, e1) in zip(zip(ts, es), zip(ts[1:], es[1:]), strict=False):
+        for k in range(len(ts) - 1):
+            t0, e0, t1, e1 = ts[k], es[k], ts[k + 1], es[k + 1]
             mid = 0.5 * (t0 + t1)
             if start_s <= mid <= end_s and t1 > t0:
                 out.append((mid, (e1 - e0) / (t1 - t0)))
