@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from rich.markup import escape
 
 from eopt.cli._common import console, err_console
 
@@ -86,19 +87,20 @@ def command(out_dir: Path, stages: int, microbatches: int, slowdown: str, seed: 
         )
 
     console.print(
-        f"[bold]Characterized[/] {result.cells} signatures → {result.files['library']}",
+        f"[bold]Characterized[/] {result.cells} signatures → "
+        f"{escape(str(result.files['library']))}",
         highlight=False,
     )
     console.print(
         f"[bold]Plan[/] 1F1B, {stages} stages × {microbatches} microbatches + "
-        f"gradient all-reduce → {result.files['plan']}",
+        f"gradient all-reduce → {escape(str(result.files['plan']))}",
         highlight=False,
     )
     console.print(
         f"[bold]Solved[/] deadline {result.deadline_s:.4g} s "
         f"(fastest {result.fastest_makespan_s:.4g} s "
         f"+ {fraction:.0%}) with {result.solver.get('name', '?')} "
-        f"({result.solver.get('status', '?')}) → {result.files['schedule']}",
+        f"({result.solver.get('status', '?')}) → {escape(str(result.files['schedule']))}",
         highlight=False,
     )
     gap = "n/a" if result.gap is None else f"{result.gap:.3%}"
@@ -109,12 +111,14 @@ def command(out_dir: Path, stages: int, microbatches: int, slowdown: str, seed: 
         f"optimality gap {gap}",
         highlight=False,
     )
-    console.print(f"[bold]Report[/] {result.files['report']}", highlight=False)
+    console.print(f"[bold]Report[/] {escape(str(result.files['report']))}", highlight=False)
     console.print(
-        f"[bold]Perfetto trace[/] {result.files['trace']} (open at ui.perfetto.dev)",
+        f"[bold]Perfetto trace[/] {escape(str(result.files['trace']))} (open at ui.perfetto.dev)",
         highlight=False,
     )
-    console.print(f"[bold]Plan frontier[/] {result.files['frontier']}", highlight=False)
+    console.print(
+        f"[bold]Plan frontier[/] {escape(str(result.files['frontier']))}", highlight=False
+    )
     console.print("[bold]eopt apply --dry-run[/] (simulated GPUs):", highlight=False)
     for line in result.dry_run:
         console.print("  " + line, highlight=False, markup=False)

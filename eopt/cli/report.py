@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from rich.markup import escape
 
 from eopt.cli._common import UserError, console
 
@@ -96,11 +97,12 @@ def command(
         title=title,
         sources=[Path(s).name for s in sources],
     )
-    console.print(f"Report written to [bold]{target}[/]", highlight=False)
+    console.print(f"Report written to [bold]{escape(str(target))}[/]", highlight=False)
     if perfetto_path:
         if schedule is None and measurement is None:
             raise UserError("--perfetto needs --schedule or --measurement to trace")
         trace = write_trace(perfetto_path, schedule, measurement)
         console.print(
-            f"Trace written to [bold]{trace}[/] (open at ui.perfetto.dev)", highlight=False
+            f"Trace written to [bold]{escape(str(trace))}[/] (open at ui.perfetto.dev)",
+            highlight=False,
         )

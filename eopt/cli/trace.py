@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import click
+from rich.markup import escape
 
 from eopt.cli._common import UserError, console
 
@@ -46,4 +47,7 @@ def command(schedule_path: str | None, measurement_path: str | None, output: str
     schedule = read_schedule(schedule_path) if schedule_path else None
     measurement = read_measurement(measurement_path) if measurement_path else None
     target = write_trace(output, schedule, measurement)
-    console.print(f"Trace written to [bold]{target}[/] (open at ui.perfetto.dev)", highlight=False)
+    console.print(
+        f"Trace written to [bold]{escape(str(target))}[/] (open at ui.perfetto.dev)",
+        highlight=False,
+    )

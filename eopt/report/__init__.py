@@ -3,6 +3,9 @@
 Heavier parts (matplotlib) load only when used.
 """
 
+from pathlib import Path
+from typing import Any
+
 from eopt.report.breakdown import Baseline, EnergyBreakdown, baseline_of, energy_breakdown
 from eopt.report.html import render_report, write_report
 from eopt.report.inputs import (
@@ -35,8 +38,9 @@ __all__ = [
 ]
 
 
-def plot_frontier(*args, **kwargs):  # type: ignore[no-untyped-def]
-    """See :func:`eopt.report.plots.plot_frontier` (imported lazily: matplotlib is slow)."""
+def plot_frontier(frontier: Any, path: str | Path, **options: Any) -> Path:
+    """Plot frontier(s) to a PNG/SVG/PDF file; see :func:`eopt.report.plots.plot_frontier`
+    (imported on first use: matplotlib is slow to import)."""
     from eopt.report.plots import plot_frontier as _plot
 
-    return _plot(*args, **kwargs)
+    return _plot(frontier, path, **options)
