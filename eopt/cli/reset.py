@@ -71,6 +71,13 @@ def command(gpus: tuple[int, ...], dry_run: bool, force: bool) -> None:
     pending = 0
     failures: list[str] = []
     for state in files:
+        if not state.local:
+            err_console.print(
+                f"skipping {state.path}: saved on host {state.host!r}; run eopt reset there",
+                highlight=False,
+                soft_wrap=True,
+            )
+            continue
         if not state.stale and not force:
             err_console.print(
                 f"skipping {state.path}: eopt process {state.pid} is still running and will "

@@ -89,9 +89,14 @@ class StateFile:
     kept: bool = False
 
     @property
+    def local(self) -> bool:
+        """Written on this host (a shared home directory may hold other hosts' files)."""
+        return self.host == socket.gethostname()
+
+    @property
     def stale(self) -> bool:
-        """The writer is gone (on this host) without restoring."""
-        return self.host != socket.gethostname() or not _pid_alive(self.pid)
+        """Written on this host by a process that is gone."""
+        return self.local and not _pid_alive(self.pid)
 
     @classmethod
     def read(cls, path: Path) -> StateFile:

@@ -253,3 +253,16 @@ def test_keep_still_restores_when_the_block_fails(gpu, fake_nvml):
         raise RuntimeError("switch failed")
     _assert_original(fake_nvml)
     assert find_state_files() == []
+
+
+def test_state_files_of_other_hosts_are_left_alone(fake_nvml):
+    from eopt.cli.reset import command
+
+    path = _leave_stale_state(fake_nvml)
+    data = json.loads(path.read_text())
+    data["host"] = "some-other-node"
+    path.write_text(json.dumps(data))
+    assert warn_if_stale() == []
+    result = CliRunner().invoke(command, [])
+    assert "saved on host 'some-other-node'" in result.output
+    assert fake_nvml.setter_calls() == [] and path.exists()
