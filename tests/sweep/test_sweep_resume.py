@@ -29,11 +29,11 @@ def _cells(path) -> list[tuple[str, str]]:
     return [(s.impl, json.dumps(s.op_point.to_dict(), sort_keys=True)) for s in read_library(path)]
 
 
-class Boom(Exception):
+class CellFailedError(Exception):
     pass
 
 
-@pytest.mark.parametrize("interrupt", [Boom, KeyboardInterrupt])
+@pytest.mark.parametrize("interrupt", [CellFailedError, KeyboardInterrupt])
 def test_interrupted_sweep_resumes_to_the_same_cells(tmp_path, interrupt):
     gpu, kernel, grid = _setup()
     full = tmp_path / "full.jsonl"
