@@ -10,6 +10,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from eopt.devices.operating_point import OperatingPoint
 from eopt.plan.schedule import Schedule, ScheduledElement
 from eopt.report.svg import (
     MARGIN,
@@ -29,7 +30,9 @@ __all__ = [
     "frontier_svg",
     "gantt_svg",
     "power_trace_svg",
+    "setting_colors",
     "setting_key",
+    "setting_text",
 ]
 
 
@@ -157,12 +160,35 @@ def _legend_frontier(points: Sequence[PlotPoint], x_min: float, x_max: float) ->
     return "".join(out), rows
 
 
-def setting_key(element: ScheduledElement) -> float | None:
-    """What a Gantt bar is coloured by: the SM clock, else the power limit, else None."""
-    point = element.op_point
+def setting_key(element: ScheduledElement) -> OperatingPoint:
+    """What a Gantt bar is coloured by: the element's device-wide operating point."""
+    return element.op_point.device_wide()
+
+
+def setting_text(point: OperatingPoint) -> str:
+    """Legend text of a device-wide setting, e.g. ``1410 MHz`` or ``1200 MHz / 300 W``."""
+    parts = []
     if point.sm_clock_mhz is not None:
-        return point.sm_clock_mhz
-    return point.power_limit_w
+        parts.append(f"{fmt_num(point.sm_clock_mhz)} MHz")
+    if point.mem_clock_mhz is not None:
+        parts.append(f"mem {fmt_num(point.mem_clock_mhz)} MHz")
+    if point.power_limit_w is not None:
+        parts.append(f"{fmt_num(point.power_limit_w)} W")
+    return " / ".join(parts) if parts else "default"
+
+
+def setting_colors(points: Sequence[OperatingPoint]) -> dict[OperatingPoint, str]:
+    """A colour per distinct setting, ordered slow → fast (SM clock, then limit, then
+    memory clock): dark violet → yellow; the driver's default grey."""
+    distinct = sorted(
+        set(points),
+        key=lambda p: (p.sm_clock_mhz or 0.0, p.power_limit_w or 0.0, p.mem_clock_mhz or 0.0),
+    )
+    ranked = [p for p in distinct if p.device_key != (None, None, None)]
+    shades = clock_colors(list(range(len(ranked))))
+    out = {p: shades[i] for i, p in enumerate(ranked)}
+    out.update({p: "#9e9e9e" for p in distinct if p.device_key == (None, None, None)})
+    return out
 
 
 def gantt_svg(schedule: Schedule, *, width: float = 960, row_height: float = 30) -> str:
@@ -170,10 +196,10 @@ def gantt_svg(schedule: Schedule, *, width: float = 960, row_height: float = 30)
     gaps hatched, with a legend of clocks."""
     devices = [d.name for d in schedule.devices]
     left, right, top = 90.0, 130.0, 10.0
-    legend_keys = clock_colors([setting_key(e) for e in schedule.elements])
-    use_limit = all(e.op_point.sm_clock_mhz is None for e in schedule.elements)
-    unit = "W" if use_limit else "MHz"
-    legend_rows = math.ceil(len(legend_keys) / 6) if legend_keys else 0
+    legend_keys = setting_colors([setting_key(e) for e in schedule.elements])
+    col_w = max(120.0, 7.0 * max((len(setting_text(k)) for k in legend_keys), default=0) + 28)
+    per_row = max(1, int((width - left) // col_w))
+    legend_rows = math.ceil((len(legend_keys) + 1) / per_row) if legend_keys else 0
     plot_h = row_height * max(1, len(devices))
     height = top + plot_h + 40 + 18 * legend_rows
     horizon = max(
@@ -247,22 +273,21 @@ def gantt_svg(schedule: Schedule, *, width: float = 960, row_height: float = 30)
     )
     ly = axis_y + 44
     out.append('<g class="legend">')
-    for i, (key, color) in enumerate(
-        sorted(legend_keys.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))
-    ):
-        col, row = i % 6, i // 6
-        lx = left + col * 120
-        text = "default" if key is None else f"{fmt_num(key)} {unit}"
+    for i, (key, color) in enumerate(legend_keys.items()):
+        col, row = i % per_row, i // per_row
+        lx = left + col * col_w
+        text = setting_text(key)
         out.append(
             f'<rect x="{lx:.1f}" y="{ly + 18 * row - 9:.1f}" width="12" height="12" '
             f'fill="{color}"/>'
             f'<text x="{lx + 16:.1f}" y="{ly + 18 * row + 1:.1f}">{esc(text)}</text>'
         )
     if legend_keys:
-        lx = left + min(len(legend_keys), 6) * 120
+        n = len(legend_keys)  # the idle swatch follows the settings
+        lx, iy = left + (n % per_row) * col_w, ly + 18 * (n // per_row)
         out.append(
-            f'<rect x="{lx:.1f}" y="{ly - 9:.1f}" width="12" height="12" fill="url(#idle-hatch)" '
-            f'stroke="#bbb"/><text x="{lx + 16:.1f}" y="{ly + 1:.1f}">idle</text>'
+            f'<rect x="{lx:.1f}" y="{iy - 9:.1f}" width="12" height="12" fill="url(#idle-hatch)" '
+            f'stroke="#bbb"/><text x="{lx + 16:.1f}" y="{iy + 1:.1f}">idle</text>'
         )
     out.append("</g></svg>")
     return "".join(out)

@@ -219,3 +219,15 @@ def test_reads_what_eopt_measure_json_writes(tmp_path):
     assert "NVIDIA H200" in m.device
     text = " ".join(_parse(render_report(measurement=m)).text)
     assert "train/forward" in text and "75.0%" in text and "25.0%" in text
+
+
+def test_gantt_legend_names_power_limits_and_mixed_settings(schedule):
+    els = list(schedule.elements)
+    els[0] = dataclasses.replace(els[0], op_point=OperatingPoint(power_limit_w=250))
+    els[1] = dataclasses.replace(els[1], op_point=OperatingPoint(1200, power_limit_w=300))
+    doc = _parse(render_report(schedule=dataclasses.replace(schedule, elements=tuple(els))))
+    text = " ".join(doc.text)
+    for label in ("250 W", "1200 MHz / 300 W", "1410 MHz", "1005 MHz", "idle"):
+        assert label in text
+    bars = [a["fill"] for t, a in doc.tags if t == "rect" and a.get("class") == "element"]
+    assert len(set(bars)) == 4  # four distinct settings, four colours
