@@ -7,6 +7,7 @@ interval, the certified lower bound and the optimality gap.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -76,11 +77,15 @@ class DeviceInfo:
         name: The plan's device name (e.g. ``stage0``).
         idle_power_w: s̄, its draw while idle/blocked, in W.
         gpu: The physical GPU index it maps to, when known.
+        transition_time_s: Time paid each time its device-wide setting changes, in s.
+        transition_energy_j: Energy paid each time its device-wide setting changes, in J.
     """
 
     name: str
     idle_power_w: float
     gpu: int | None = None
+    transition_time_s: float = 0.0
+    transition_energy_j: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -137,15 +142,26 @@ class Schedule:
         """Elements on ``device`` ordered by start time."""
         return sorted((e for e in self.elements if e.device == device), key=lambda e: e.start)
 
+    def transitions(self, device: str) -> int:
+        """How often the device-wide setting changes between consecutive elements on it."""
+        keys = [e.op_point.device_key for e in self.elements_on(device)]
+        return sum(1 for a, b in itertools.pairwise(keys) if a != b)
+
     def busy_time(self, device: str) -> float:
-        """Summed element durations on ``device``, in s."""
-        return sum(e.duration for e in self.elements if e.device == device)
+        """Summed element durations on ``device`` plus its setting-change times, in s."""
+        info = self.device(device)
+        work = sum(e.duration for e in self.elements if e.device == device)
+        return work + self.transitions(device) * info.transition_time_s
 
     def idle_energy(self) -> float:
         """Σ_dev s̄·(H − busy), in J (devices are held to the makespan)."""
         return sum(
             d.idle_power_w * max(0.0, self.makespan - self.busy_time(d.name)) for d in self.devices
         )
+
+    def transition_energy(self) -> float:
+        """Energy paid for setting changes, Σ_dev changes·ε_dev, in J."""
+        return sum(self.transitions(d.name) * d.transition_energy_j for d in self.devices)
 
     def element_energy(self) -> float:
         """Σ of element energies, in J."""
@@ -177,6 +193,7 @@ class Schedule:
                 "confidence": self.confidence,
                 "elements": self.element_energy(),
                 "idle": self.idle_energy(),
+                "transitions": self.transition_energy(),
             },
             "lower_bound": self.lower_bound,
             "gap": self.gap,
@@ -222,6 +239,12 @@ class Schedule:
                 name=str(_req(d, "name", f"{source}: devices[{i}]")),
                 idle_power_w=_num(d, "idle_power_w", f"{source}: devices[{i}]"),
                 gpu=_opt_int(d.get("gpu"), f"{source}: devices[{i}].gpu"),
+                transition_time_s=_num(d, "transition_time_s", f"{source}: devices[{i}]")
+                if "transition_time_s" in d
+                else 0.0,
+                transition_energy_j=_num(d, "transition_energy_j", f"{source}: devices[{i}]")
+                if "transition_energy_j" in d
+                else 0.0,
             )
             for i, d in enumerate(_list(data, "devices", source))
         )
@@ -274,6 +297,14 @@ class Schedule:
             confidence=float(energy.get("confidence", 0.95)),
             meta=dict(data.get("meta") or {}),
         )
+
+
+def _device_dict(d: DeviceInfo) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": d.name, "idle_power_w": d.idle_power_w, "gpu": d.gpu}
+    if d.transition_time_s or d.transition_energy_j:
+        out["transition_time_s"] = d.transition_time_s
+        out["transition_energy_j"] = d.transition_energy_j
+    return out
 
 
 def _list(data: Mapping[str, Any], key: str, where: str) -> Sequence[Any]:

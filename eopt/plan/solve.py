@@ -173,7 +173,10 @@ def schedule_from_solution(pp: PlanProblem, sol: Any, base: Baseline | None = No
     lower = _finite(sol.lower_bound)
     return Schedule(
         elements=tuple(elements),
-        devices=tuple(DeviceInfo(d.name, d.idle_power_w, d.gpu) for d in pp.plan.devices),
+        devices=tuple(
+            DeviceInfo(d.name, d.idle_power_w, d.gpu, d.transition_time_s, d.transition_energy_j)
+            for d in pp.plan.devices
+        ),
         makespan=float(sol.makespan),
         energy=float(sol.energy),
         energy_std=math.sqrt(max(0.0, float(sol.var_energy))),
@@ -193,9 +196,6 @@ def schedule_from_solution(pp: PlanProblem, sol: Any, base: Baseline | None = No
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "plan_name": pp.plan.name,
             "modes_per_type": {t: len(pp.cells[_first_of(pp, t)]) for t in pp.plan.types()},
-            # Setting changes paid on devices with a transition cost (not in the elements).
-            "transitions": int(getattr(sol, "transitions", 0)),
-            "transition_energy_j": float(getattr(sol, "transition_energy", 0.0)),
         },
     )
 

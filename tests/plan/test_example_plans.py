@@ -55,6 +55,8 @@ def test_two_gpu_example_groups_and_transitions(method: str) -> None:
         busy = sum(e.duration for e in row) + changes * dev.transition_time_s
         energy += changes * dev.transition_energy_j
         energy += dev.idle_power_w * (schedule.makespan - busy)
-        if dev.name == "gpu0":
-            assert schedule.meta["transitions"] == changes
+        assert schedule.transitions(dev.name) == changes
     assert energy == pytest.approx(schedule.energy, rel=1e-10)
+    # The schedule file's own breakdown adds up to its prediction.
+    parts = schedule.element_energy() + schedule.idle_energy() + schedule.transition_energy()
+    assert parts == pytest.approx(schedule.energy, rel=1e-10)
