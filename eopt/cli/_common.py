@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 __all__ = ["UserError", "console", "err_console", "parse_percent", "report_error", "write_json"]
 
@@ -20,7 +21,7 @@ class UserError(click.ClickException):
     """An error caused by input, shown as one line without a traceback."""
 
     def show(self, file: Any = None) -> None:
-        err_console.print(f"[bold red]error:[/] {self.format_message()}", highlight=False)
+        err_console.print(f"[bold red]error:[/] {escape(self.format_message())}", highlight=False)
 
 
 # Error types whose message is written for users (bad input, missing rights …).
@@ -39,10 +40,10 @@ def report_error(exc: BaseException) -> int:
     """Print ``exc`` as a one-line error; returns the exit status (1 or 2)."""
     message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
     if _is_user_error(exc):
-        err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+        err_console.print(f"[bold red]error:[/] {escape(str(message))}", highlight=False)
         return 1
     err_console.print(
-        f"[bold red]internal error:[/] {type(exc).__name__}: {message}\n"
+        f"[bold red]internal error:[/] {type(exc).__name__}: {escape(str(message))}\n"
         "Run again with --debug for the traceback.",
         highlight=False,
     )
@@ -66,7 +67,7 @@ def parse_percent(text: str) -> float:
 
 def write_json(path: str | Path, data: Any) -> None:
     """Write ``data`` as indented JSON to ``path`` (``-`` for stdout)."""
-    text = json.dumps(data, indent=2, sort_keys=False) + "\n"
+    text = json.dumps(data, indent=2, sort_keys=False, ensure_ascii=False) + "\n"
     if str(path) == "-":
         sys.stdout.write(text)
     else:

@@ -265,9 +265,9 @@ def command(
                 bias = schedule_bias(placements.placements, confidence)
                 usage = schedule_breakdown(placements.placements, idle_power)
             except (CompositionError, ValueError) as exc:
-                raise UserError(escape(f"{schedule_file}: {exc}")) from None
+                raise UserError(f"{schedule_file}: {exc}") from None
     except (ExpressionError, LibraryError, ValueError) as exc:
-        raise UserError(escape(str(exc))) from None
+        raise UserError(str(exc)) from None
     deviation = deviation_test(sig, measured_value, confidence) if measured_value else None
     data = _report(sig, confidence, bias, deviation, usage)
     if as_json:
