@@ -8,20 +8,7 @@ import click
 
 from eopt.cli._common import UserError, console, err_console
 
-__all__ = ["PlainUserError", "command"]
-
-
-class PlainUserError(UserError):
-    """A :class:`UserError` whose message is printed literally.
-
-    Element names such as ``F[s0,m3]`` look like rich markup tags; printed through
-    markup they would vanish from the message.
-    """
-
-    def show(self, file: object = None) -> None:
-        from rich.text import Text
-
-        err_console.print(Text.assemble(("error:", "bold red"), " ", self.format_message()))
+__all__ = ["command"]
 
 
 @click.command("apply", context_settings={"ignore_unknown_options": False})
@@ -92,17 +79,17 @@ def command(
     from eopt.plan.schedule import read_schedule
 
     if cmd and not until_exit:
-        raise PlainUserError(
+        raise UserError(
             f"unexpected command {' '.join(cmd)!r}: add --until-exit to run a command "
             "with the settings applied"
         )
     if until_exit and not cmd and not dry_run:
-        raise PlainUserError("--until-exit needs a command after `--`, e.g. -- python train.py")
+        raise UserError("--until-exit needs a command after `--`, e.g. -- python train.py")
     try:
         schedule = read_schedule(schedule_path)
         gpu_map = resolve_gpu_map(schedule, parse_gpu_map(gpu_pairs))
     except ValueError as exc:  # ScheduleError, ApplyError
-        raise PlainUserError(str(exc)) from None
+        raise UserError(str(exc)) from None
     names = [d.name for d in schedule.devices]
     opened = open_devices(
         backend=backend,
@@ -117,7 +104,7 @@ def command(
     try:
         plan = plan_apply(schedule, devices, gpu_map)
     except ApplyError as exc:
-        raise PlainUserError(str(exc)) from None
+        raise UserError(str(exc)) from None
 
     where = f"the simulated {opened[0].model}" if simulated else "the GPUs (NVML)"
     if dry_run:
@@ -140,7 +127,7 @@ def command(
         try:
             status = run_with_settings(plan, devices, cmd)
         except ApplyError as exc:
-            raise PlainUserError(str(exc)) from None
+            raise UserError(str(exc)) from None
         console.print(f"Command exited with status {status}; GPU settings restored.")
         sys.exit(status)
     if simulated:
