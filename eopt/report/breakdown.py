@@ -1,7 +1,8 @@
 """Energy breakdown of a schedule and its savings against the all-fastest baseline.
 
-Accounting (design.md): E = Σ_i (s_i·T_i + d_i) + Σ_dev s̄_dev·(H − busy_dev). The
-static part over the makespan is the elements' static energy s_i·T_i plus the idle
+Accounting (design.md): E = Σ_i (s_i·T_i + d_i) + Σ_dev s̄_dev·(H − busy_dev), plus the
+energy of setting changes where a device pays for them (busy then includes their time).
+The static part over the makespan is the elements' static energy s_i·T_i plus the idle
 energy s̄·(H − busy) of the gaps; the dynamic part d_i is shown per element type.
 """
 
@@ -25,6 +26,8 @@ class EnergyBreakdown:
         static_busy_j: Σ s_i·T_i of elements (static draw while they run).
         unsplit_j: Energy of elements whose d is unknown (not split into static/dynamic).
         idle_j: Σ_dev s̄·(H − busy).
+        transitions_j: Energy paid for device-wide setting changes.
+        transitions: Number of setting changes over all devices.
         total_j: The sum of the parts.
         predicted_j: The schedule's own predicted energy (should equal ``total_j``).
     """
@@ -33,6 +36,8 @@ class EnergyBreakdown:
     static_busy_j: float
     unsplit_j: float
     idle_j: float
+    transitions_j: float
+    transitions: int
     total_j: float
     predicted_j: float
 
@@ -81,12 +86,15 @@ def energy_breakdown(schedule: Schedule) -> EnergyBreakdown:
         dynamic[e.type] = dynamic.get(e.type, 0.0) + e.dynamic_energy
         static_busy += e.energy - e.dynamic_energy
     idle = schedule.idle_energy()
-    total = sum(dynamic.values()) + static_busy + unsplit + idle
+    transitions_j = schedule.transition_energy()
+    total = sum(dynamic.values()) + static_busy + unsplit + idle + transitions_j
     return EnergyBreakdown(
         dynamic_by_type=dict(sorted(dynamic.items())),
         static_busy_j=static_busy,
         unsplit_j=unsplit,
         idle_j=idle,
+        transitions_j=transitions_j,
+        transitions=sum(schedule.transitions(d.name) for d in schedule.devices),
         total_j=total,
         predicted_j=schedule.energy,
     )

@@ -217,8 +217,7 @@ def gantt_svg(schedule: Schedule, *, width: float = 960, row_height: float = 30)
     for row, name in enumerate(devices):
         y0 = top + row * row_height
         elements = schedule.elements_on(name)
-        busy = sum(e.duration for e in elements)
-        idle_s = max(0.0, schedule.makespan - busy)
+        idle_s = max(0.0, schedule.makespan - schedule.busy_time(name))
         band_w = x(schedule.makespan) - x(0)  # devices are held (and idle) to the makespan
         out.append(
             f'<rect class="idle" x="{x(0):.1f}" y="{y0 + 3:.1f}" width="{band_w:.1f}" '

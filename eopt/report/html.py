@@ -212,6 +212,8 @@ def _breakdown(schedule: Schedule) -> str:
     if b.unsplit_j > 0:
         rows.append(("elements (static/dynamic split unknown)", b.unsplit_j))
     rows.append(("idle (s̄ · gaps)", b.idle_j))
+    if b.transitions_j > 0:
+        rows.append((f"setting changes ({b.transitions})", b.transitions_j))
     total = b.total_j if b.total_j > 0 else math.nan
     table = ["<table><tr><th>part</th><th>energy (J)</th><th>share</th></tr>"]
     for label, value in rows:
@@ -228,6 +230,7 @@ def _breakdown(schedule: Schedule) -> str:
         "static (busy)": b.static_busy_j,
         "unsplit": b.unsplit_j,
         "idle": b.idle_j,
+        "setting changes": b.transitions_j,
     }
     notes = [f"Static over the makespan (busy + idle): {fmt_num(b.static_over_makespan_j, 6)} J."]
     if abs(b.total_j - b.predicted_j) > 1e-6 * max(1.0, abs(b.predicted_j)):

@@ -31,7 +31,9 @@ def predicted_power(schedule: Schedule, device: str) -> list[tuple[float, float]
     """The device's predicted power as a step function: (time s, W) at every change.
 
     Busy: the element's mean power E/T; overlapping elements (a same-device parallel
-    group) add their dynamic power onto one static draw. Idle: s̄.
+    group) add their dynamic power onto one static draw. Idle: s̄. Setting-change costs
+    (where a device pays them) have no place in time in a schedule and are left out, so
+    the integral is the predicted energy less Σ changes·(ε − s̄·τ).
     """
     idle_w = schedule.device(device).idle_power_w
     edges = sorted(

@@ -231,3 +231,20 @@ def test_gantt_legend_names_power_limits_and_mixed_settings(schedule):
         assert label in text
     bars = [a["fill"] for t, a in doc.tags if t == "rect" and a.get("class") == "element"]
     assert len(set(bars)) == 4  # four distinct settings, four colours
+
+
+def test_breakdown_counts_setting_changes(schedule):
+    """Devices that pay 1 ms and 0.5 J per setting change: stage0 changes 1410 → 1200
+    and stage1 1410 → 1005 once each, so 1 J more and 2 ms less idle at 60 W."""
+    from eopt.plan.schedule import DeviceInfo
+
+    devices = tuple(
+        DeviceInfo(d.name, d.idle_power_w, d.gpu, transition_time_s=0.001, transition_energy_j=0.5)
+        for d in schedule.devices
+    )
+    sch = dataclasses.replace(schedule, devices=devices, energy=139.8 + 1.0 - 60 * 0.002)
+    b = energy_breakdown(sch)
+    assert b.transitions == 2 and b.transitions_j == pytest.approx(1.0)
+    assert b.idle_j == pytest.approx(19.8 - 0.12)
+    assert b.total_j == pytest.approx(sch.energy)
+    assert "setting changes (2)" in render_report(schedule=sch)
