@@ -19,6 +19,7 @@ from dataclasses import replace
 import numpy as np
 
 from solvers.exceptions import ProblemError
+from solvers.improve import improve
 from solvers.indexed import IndexedProblem, meets
 from solvers.lp import HullLP
 from solvers.problem import Problem
@@ -73,13 +74,20 @@ def frontier(
     t_fast, fast = fastest_plan(ip)
     lp = None if ip.coupled or method != "relax" else HullLP(ip)
 
-    def at(deadline: float | None) -> Solution:
+    def at(deadline: float | None, start: Solution | None = None) -> Solution:
+        """The plan at one deadline; `start` (a plan meeting it) seeds a second try."""
         t0 = time.perf_counter()
         if lp is None:
             return solve(problem, deadline, method=method, time_limit=time_limit_per_point)
         modes, bound, solver = _relax(
-            ip, deadline, fast, time_limit_per_point, lp=lp, batches=(1.0,)
+            ip, deadline, fast, time_limit_per_point, lp=lp, batches=(1.0,), max_rounds=2
         )
+        if start is not None:
+            # Slack-to-energy from a neighbouring, faster plan: energies then fall
+            # monotonically along the deadline grid.
+            seeded = improve(ip, [start.modes[name] for name in ip.names], deadline)
+            if ip.evaluate(seeded).energy < ip.evaluate(modes).energy:
+                modes = seeded
         return build_solution(
             ip,
             modes,
@@ -95,11 +103,14 @@ def frontier(
     t_end = cheapest.makespan
     plans = [at(t_fast), cheapest]
     if t_end > t_fast * (1 + 1e-9):
-        for d in np.linspace(t_fast, t_end, math.ceil(num_points * 1.2))[1:-1]:
-            plans.append(at(float(d)))
-        for _ in range(20):
+        prev = plans[0]
+        for d in np.linspace(t_fast, t_end, math.ceil(num_points * 1.3))[1:-1]:
+            prev = at(float(d), prev)
+            plans.append(prev)
+        for _ in range(50):
             kept = pareto_filter(plans)
-            if len(kept) >= num_points:
+            # Bounded work: at most twice the points asked for are solved.
+            if len(kept) >= num_points or len(plans) >= 2 * num_points:
                 break
             spans = np.diff([s.makespan for s in kept])
             if len(spans) == 0:
@@ -111,7 +122,7 @@ def frontier(
                 lo, hi = kept[j].makespan, kept[j + 1].makespan
                 if hi - lo <= 1e-9 * max(1.0, hi):
                     continue
-                plans.append(at(0.5 * (lo + hi)))
+                plans.append(at(0.5 * (lo + hi), kept[j]))
                 added += 1
             if not added:
                 break

@@ -20,7 +20,13 @@ from solvers.indexed import IndexedProblem, meets
 
 
 def _padded(ip: IndexedProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Pareto modes of every task in (n, K) arrays: mode index, duration, cost (inf pad)."""
+    """Pareto modes of every task in (n, K) arrays: mode index, duration, cost (inf pad).
+
+    Cached on the problem object: a frontier calls this once per deadline.
+    """
+    cached = getattr(ip, "_padded_pareto", None)
+    if cached is not None:
+        return cached
     pareto = [pareto_modes(ip.durations[i], ip.costs[i]) for i in range(ip.n)]
     k = max(len(p) for p in pareto)
     idx = np.zeros((ip.n, k), dtype=np.int64)
@@ -30,6 +36,7 @@ def _padded(ip: IndexedProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         idx[i, : len(p)] = p
         dur[i, : len(p)] = ip.durations[i][p]
         cost[i, : len(p)] = ip.costs[i][p]
+    ip._padded_pareto = (idx, dur, cost)  # type: ignore[attr-defined]
     return idx, dur, cost
 
 

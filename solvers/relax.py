@@ -87,6 +87,7 @@ def relax_assign(
     time_limit: float = 60.0,
     batch: float = 0.2,
     improve_passes: bool = True,
+    max_rounds: int | None = None,
 ) -> RelaxResult | None:
     """Run the relax method on a prepared LP. None when the deadline is infeasible.
 
@@ -97,6 +98,8 @@ def relax_assign(
             improvement stops, when it is spent.
         batch: fraction of the fractional tasks pinned per LP solve (1.0: all at once).
         improve_passes: run the slack-to-energy improvement after rounding.
+        max_rounds: LP re-solves allowed; after that every fractional task left is
+            pinned to its faster mode at once (None: no limit).
     """
     t0 = time.perf_counter()
     ip = lp.ip
@@ -115,11 +118,18 @@ def relax_assign(
         open_ = np.flatnonzero(~on_vertex & ~pinned)
         if len(open_) == 0:
             break
-        out_of_time = time.perf_counter() - t0 > 0.5 * time_limit
+        out_of_time = time.perf_counter() - t0 > 0.5 * time_limit or (
+            max_rounds is not None and solves > max_rounds
+        )
         nearness = np.minimum(position[open_], 1.0 - position[open_])
         order = open_[np.argsort(nearness, kind="stable")]
         take = len(order) if out_of_time else max(1, int(np.ceil(batch * len(order))))
         sel = order[:take]
+        if out_of_time:
+            # Faster modes fit this LP point's own schedule: no re-solve needed.
+            chosen[sel] = down[sel]
+            pinned[sel] = True
+            break
         go_up = (position[sel] > 0.5) & (up[sel] >= 0) & (not out_of_time)
         pick = np.where(go_up, up[sel], down[sel])
         lp.fix(sel, pick)

@@ -122,6 +122,7 @@ def _relax(
     time_limit: float,
     lp: HullLP | None = None,
     batches: tuple[float, ...] = DIVE_BATCHES,
+    max_rounds: int | None = None,
 ) -> tuple[list[int], float, str]:
     """Relax method: (modes, bound J, solver description)."""
     t0 = time.perf_counter()
@@ -137,7 +138,13 @@ def _relax(
         # Later variants only while they fit comfortably in the time left.
         if j > 0 and elapsed * (j + 1) / j > time_limit:
             break
-        res = relax_assign(lp, deadline, time_limit=max(0.1, time_limit - elapsed), batch=batch)
+        res = relax_assign(
+            lp,
+            deadline,
+            time_limit=max(0.1, time_limit - elapsed),
+            batch=batch,
+            max_rounds=max_rounds,
+        )
         if res is None:  # the LP says infeasible: only by float trouble at the boundary
             break
         bound = res.bound
