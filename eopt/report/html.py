@@ -108,17 +108,17 @@ def _card(key: str, value: str, good: bool = False) -> str:
 def _summary(schedule: Schedule) -> str:
     low, high = schedule.interval
     cards = [
-        _card("predicted energy", f"{fmt_num(schedule.energy)} J"),
+        _card("predicted energy", f"{fmt_num(schedule.energy, 6)} J"),
         _card(
             f"{schedule.confidence:.0%} interval",
-            f"{fmt_num(low)} – {fmt_num(high)} J",
+            f"{fmt_num(low, 6)} – {fmt_num(high, 6)} J",
         ),
         _card("makespan", f"{fmt_num(schedule.makespan)} s"),
     ]
     if schedule.deadline is not None:
         cards.append(_card("deadline", f"{fmt_num(schedule.deadline)} s"))
     if schedule.lower_bound is not None:
-        cards.append(_card("lower bound", f"{fmt_num(schedule.lower_bound)} J"))
+        cards.append(_card("lower bound", f"{fmt_num(schedule.lower_bound, 6)} J"))
     if schedule.gap is not None:
         cards.append(_card("optimality gap", f"{schedule.gap:.3%}"))
     base = baseline_of(schedule)

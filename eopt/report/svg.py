@@ -41,10 +41,19 @@ def esc(text: object) -> str:
 
 
 def fmt_num(value: float, digits: int = 4) -> str:
-    """Compact number for labels (``1.25e+03`` → ``1250``)."""
+    """Compact number for labels, ``digits`` significant digits, plain notation between
+    0.001 and 10⁷ (``11006.3`` → ``11,006``, ``1410.0`` → ``1410``), else scientific."""
     if value == 0 or not math.isfinite(value):
         return f"{value:g}"
-    return f"{value:.{digits}g}"
+    magnitude = abs(value)
+    if not 1e-3 <= magnitude < 1e7:
+        return f"{value:.{digits}g}"
+    decimals = max(0, digits - 1 - math.floor(math.log10(magnitude)))
+    sep = "," if magnitude >= 1e4 else ""  # 1410 MHz, but 11,006 J
+    text = f"{value:{sep}.{decimals}f}"
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return text
 
 
 def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
