@@ -50,6 +50,7 @@ __all__ = [
     "CommandKernel",
     "Grid",
     "Kernel",
+    "KernelError",
     "PythonKernel",
     "SimKernel",
     "SweepError",
@@ -63,6 +64,10 @@ __all__ = [
 
 class SweepError(ValueError):
     """A bad kernel or grid specification, or a sweep that cannot run as asked."""
+
+
+class KernelError(RuntimeError):
+    """The user's kernel (a callable) raised; the original exception is chained."""
 
 
 # Kernels ----------------------------------------------------------------------------------
@@ -140,7 +145,17 @@ class PythonKernel:
         kwargs = dict(self.workload)
         if self.pass_impl:
             kwargs["impl"] = impl
-        return lambda: fn(**kwargs)
+
+        def run() -> object:
+            try:
+                return fn(**kwargs)
+            except Exception as exc:  # the user's code: say where, keep the chain
+                raise KernelError(
+                    f"kernel {self.describe()!r}, implementation {impl!r} raised "
+                    f"{type(exc).__name__}: {exc} (run with --debug for the traceback)"
+                ) from exc
+
+        return run
 
     def describe(self) -> str:
         """The kernel spec as given on the command line."""

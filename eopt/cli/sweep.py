@@ -19,7 +19,16 @@ from eopt.calculus.signature import Signature
 from eopt.cli._common import UserError, console, err_console
 from eopt.measure.command import MeasureError
 from eopt.measure.repeat import RepeatPolicy
-from eopt.sweep import Cell, Grid, SweepError, SweepResult, parse_kernel, parse_params, sweep
+from eopt.sweep import (
+    Cell,
+    Grid,
+    KernelError,
+    SweepError,
+    SweepResult,
+    parse_kernel,
+    parse_params,
+    sweep,
+)
 
 __all__ = ["command", "print_cells", "print_frontier"]
 
@@ -294,5 +303,5 @@ def _run(
                 control=control,
                 method=method,  # type: ignore[arg-type]
             )
-        except (SweepError, MeasureError) as exc:
-            raise UserError(str(exc)) from None
+        except (SweepError, MeasureError, KernelError) as exc:
+            raise UserError(f"{exc}; finished cells are saved, --resume continues") from None

@@ -36,6 +36,7 @@ _LAZY = {
     "CommandMeasurement": "eopt.measure.command",
     "MeasureError": "eopt.measure.command",
     "measure_command": "eopt.measure.command",
+    "measure_regions": "eopt.measure.command",
     "bootstrap_ci": "eopt.measure.stats",
     "summarize": "eopt.measure.stats",
 }

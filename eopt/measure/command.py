@@ -7,10 +7,11 @@ child's region windows are charged from the meter's trace afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,12 +20,21 @@ from eopt.devices.base import Device, WallClock
 from eopt.measure.meter import Meter, MeterMethod
 from eopt.measure.regions import (
     REGIONS_FILE_ENV,
+    RegionRecorder,
     RegionReport,
     attribute_regions,
     read_region_windows,
+    use_recorder,
 )
 
-__all__ = ["CommandMeasurement", "MeasureError", "measure_command", "require_wall_clock"]
+__all__ = [
+    "CommandMeasurement",
+    "MeasureError",
+    "RegionSession",
+    "measure_command",
+    "measure_regions",
+    "require_wall_clock",
+]
 
 
 class MeasureError(RuntimeError):
@@ -127,3 +137,39 @@ def measure_command(
         device=device.name,
         model=device.model,
     )
+
+
+@dataclass
+class RegionSession:
+    """What :func:`measure_regions` yields; ``report`` is set when the block ends."""
+
+    meter: Meter
+    recorder: RegionRecorder
+    report: RegionReport | None = None
+
+
+@contextlib.contextmanager
+def measure_regions(device: Device, method: MeterMethod = "auto") -> Iterator[RegionSession]:
+    """Measure the regions of code running in this process, on ``device``'s clock.
+
+    Inside the block, :func:`eopt.measure.regions.region` records on the device's clock
+    (virtual time on the simulated GPU, so simulated kernels can be instrumented too)::
+
+        with measure_regions(gpu) as session:
+            with regions.region("forward"):
+                gpu.launch("gemm")
+        print(session.report.to_dict())
+
+    The report is built even when the block raises (the regions that ran are kept).
+    """
+    recorder = RegionRecorder(clock=device.clock)
+    with Meter(device, method=method) as meter:
+        session = RegionSession(meter, recorder)
+        start = meter.mark()
+        try:
+            with use_recorder(recorder):
+                yield session
+        finally:
+            device.synchronize()
+            end = meter.mark()
+            session.report = attribute_regions(recorder.windows, meter, start, end)

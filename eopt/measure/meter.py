@@ -46,8 +46,9 @@ class WindowEnergy:
         duration_s: Window length, in s.
         method: ``counter`` or ``sampler``.
         field: The sensor field used (``energy_counter`` or a power field name).
-        error_j: A rough bound on the integration error, in J (0 for the counter path):
-            the power jump across the edge intervals times the sensor period.
+        error_j: A rough bound on the integration error, in J: the power change seen
+            around each edge times the time the sensor could not see there (0 on the
+            counter path at edges read by :meth:`Meter.mark`).
         n_samples: Samples (or counter readings) strictly inside the window.
         short: True when the window is shorter than ten sensor update periods, where
             sampling cannot resolve it and ``error_j`` matters.
@@ -116,8 +117,8 @@ class Meter:
         method: ``counter`` (cumulative energy counter; error if the device has none),
             ``sampler`` (power sampling), or ``auto`` (the counter where it exists).
         period_s: Polling period in s. Default: a tenth of the sensor update period for the
-            sampler (several samples per sensor update, so the trapezoids follow each step),
-            the sensor period for the counter.
+            sampler (each refresh is placed to within a tenth of a period), a fifth for the
+            counter (edges that were not marked are interpolated over short intervals).
         sensor_kind: How to read the power field: ``point`` (the power at each refresh)
             or ``interval_mean`` (the mean over each refresh interval). Default: from the
             field's name (``average`` → ``interval_mean``, anything else → ``point``).
@@ -142,7 +143,7 @@ class Meter:
             )
         use_counter = method == "counter" or (method == "auto" and has_counter)
         self.method: str = "counter" if use_counter else "sampler"
-        default = self.sensor_period_s if self.method == "counter" else self.sensor_period_s / 10
+        default = self.sensor_period_s / (5 if self.method == "counter" else 10)
         self.period_s = float(period_s) if period_s is not None else default
         if not self.period_s > 0:
             raise ValueError(f"meter period must be positive, got {period_s}")
@@ -272,8 +273,13 @@ class Meter:
                     "start the meter before the window opens"
                 )
             got = self.counter_trace.integrate(start_s, end_s)
+            # Exact at edges read by mark(); interpolated (with an error) at edges this
+            # process never saw, such as a child process's regions.
+            error = self.counter_trace.edge_error_j(start_s) + self.counter_trace.edge_error_j(
+                end_s
+            )
             return WindowEnergy(
-                got.energy_j, duration, "counter", self.field, 0.0, got.n_samples, short
+                got.energy_j, duration, "counter", self.field, error, got.n_samples, short
             )
         if self.power_trace is None or not self.power_trace.covers(start_s, end_s):
             raise MeterError(

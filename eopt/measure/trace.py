@@ -104,6 +104,26 @@ class CounterTrace:
             inside = bisect.bisect_right(self._t, end_s) - bisect.bisect_right(self._t, start_s)
             return WindowIntegral(self._at(end_s) - self._at(start_s), inside, 0.0)
 
+    def edge_error_j(self, time_s: float) -> float:
+        """How far the interpolated energy at ``time_s`` may be off, in J.
+
+        Zero where the counter was read at that instant; otherwise the spread of the mean
+        powers of the reading intervals around it times the distance to the nearest
+        reading (the draw between two readings is unseen).
+        """
+        with self._lock:
+            n = len(self._t)
+            i = bisect.bisect_right(self._t, time_s) - 1
+            if n < 2 or (i >= 0 and self._t[i] == time_s):
+                return 0.0
+            i = min(max(i, 0), n - 2)
+            powers = []
+            for k in (i - 1, i, i + 1):
+                if 0 <= k < n - 1 and self._t[k + 1] > self._t[k]:
+                    powers.append((self._e[k + 1] - self._e[k]) / (self._t[k + 1] - self._t[k]))
+            gap = min(time_s - self._t[i], self._t[i + 1] - time_s)
+            return (max(powers) - min(powers)) * max(gap, 0.0) if powers else 0.0
+
 
 class SensorTrace:
     """Polled readings of a power sensor that refreshes only every sensor period.

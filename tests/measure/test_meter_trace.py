@@ -159,3 +159,20 @@ def test_stopped_meter_cannot_wait_for_future_samples(fake_gpu):
     gpu.clock.sleep(0.05)
     with pytest.raises(MeterError, match="stopped"):
         meter.energy(t0, gpu.clock.now())
+
+
+def test_counter_windows_with_unmarked_edges_carry_an_honest_error(fake_gpu):
+    # A child process's regions: the meter never read the counter at their edges.
+    gpu = fake_gpu(idle_w=60.0, counter=True)
+    with Meter(gpu, method="counter") as meter:
+        start = meter.mark()
+        gpu.clock.sleep(0.013)
+        e0, t0 = gpu.true_energy_j(), gpu.clock.now()
+        gpu.busy(0.25, 400.0)
+        t1, e1 = gpu.clock.now(), gpu.true_energy_j()
+        gpu.clock.sleep(0.1)
+        got = meter.energy(t0, t1)
+        assert got.error_j > 0
+        assert abs(got.energy_j - (e1 - e0)) <= got.error_j
+        marked = meter.energy(start, meter.mark())
+        assert marked.error_j == 0.0

@@ -181,3 +181,24 @@ def test_measure_command_reports_the_exit_status_and_bad_commands():
 def test_measure_command_refuses_a_simulated_gpu(fake_gpu):
     with pytest.raises(MeasureError, match="simulated"):
         measure_command(["true"], fake_gpu())
+
+
+def test_measure_regions_in_process_on_the_simulated_gpu():
+    from eopt.devices.sim import SimulatedGPU
+    from eopt.measure.command import measure_regions
+
+    gpu = SimulatedGPU(seed=2, energy_counter=False)
+    with measure_regions(gpu) as session:
+        gpu.idle(0.2)
+        e0 = gpu.true_energy_j()
+        with regions.region("gemm"):
+            for _ in range(500):
+                gpu.launch("gemm", "cublas", {})
+        e1 = gpu.true_energy_j()
+        gpu.idle(0.2)
+    report = session.report
+    (gemm,) = report.regions
+    assert gemm.calls == 1 and gemm.time_s > 1.0
+    assert gemm.energy_j == pytest.approx(e1 - e0, rel=0.01)
+    assert report.outside_energy_j == pytest.approx(report.total_energy_j - gemm.energy_j)
+    assert report.meter["method"] == "sampler"

@@ -13,6 +13,7 @@ from eopt.measure.repeat import RepeatPolicy
 from eopt.sweep import (
     CommandKernel,
     Grid,
+    KernelError,
     PythonKernel,
     SweepError,
     parse_kernel,
@@ -98,6 +99,10 @@ def kernels_module(tmp_path, monkeypatch):
                 with GPU.busy():
                     time.sleep(0.004)
 
+            def broken(impl):
+                if impl == "bad":
+                    raise ValueError("out of memory")
+
             SYNCS = []
 
             def sync():
@@ -173,3 +178,16 @@ def test_sim_kernels_only_run_on_the_simulated_gpu(wall_gpu, tmp_path):
     with pytest.raises(SweepError, match="--backend sim"):
         sweep(kernel, Grid.build(kernel, wall_gpu), wall_gpu, tmp_path / "x.jsonl",
               policy=TINY, control=False)  # fmt: skip
+
+
+def test_a_failing_callable_names_the_cell_and_keeps_finished_ones(
+    kernels_module, wall_gpu, tmp_path
+):
+    kernel = parse_kernel("eopt_test_kernels:broken", impls=["good", "bad"])
+    out = tmp_path / "b.jsonl"
+    with pytest.raises(KernelError, match="implementation 'bad' raised ValueError: out of memory"):
+        sweep(kernel, Grid.build(kernel, wall_gpu, clocks="1410"), wall_gpu, out, policy=TINY)
+    from eopt.calculus.library import read_library
+
+    assert [s.impl for s in read_library(out)] == ["good"]
+    assert wall_gpu.op == wall_gpu.original
