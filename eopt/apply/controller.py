@@ -157,6 +157,7 @@ class RuntimeController:
         self._guard_factory = guard if guard is not None else device_guard
         self._timer = timer
         if check:
+            # The GPU index only labels a device plan; the devices given are what is checked.
             gpu_map = {name: i for i, name in enumerate(plan_names)}
             for plan in device_plans(schedule, gpu_map):
                 if plan.device not in self._devices:
