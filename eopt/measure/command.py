@@ -84,7 +84,8 @@ def require_wall_clock(device: Device, what: str) -> None:
         raise MeasureError(
             f"{what} runs real work, but {device.name} ({device.model}) is simulated: its "
             "sensors cannot see a real process, so its GPU energy cannot be measured here. "
-            "Run on a machine with an NVIDIA GPU, or measure a simulated kernel (sim:gemm)."
+            "Run on a machine with an NVIDIA GPU, or characterize a simulated kernel "
+            "instead (eopt sweep sim:gemm)."
         )
 
 

@@ -159,7 +159,7 @@ def test_measure_command_attributes_child_regions(tmp_path):
     # reads that bracket each counter reading).
     for r in by_key.values():
         assert r.energy_j == pytest.approx(150.0 * r.time_s, rel=1e-3)
-    assert by_key["train/fwd"].time_s == pytest.approx(0.1, abs=0.05)
+    assert 0.1 <= by_key["train/fwd"].time_s < 2.0  # two sleeps of 50 ms (a busy host)
     rep = result.report
     assert rep.outside_energy_j == pytest.approx(150.0 * rep.outside_time_s, rel=1e-3)
     assert rep.outside_time_s >= 0.05  # the child's start-up and first sleep
