@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import math
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ from eopt.calculus.library import Library
 from eopt.cli._common import UserError, console, write_json
 from eopt.frontier import Frontier
 
-__all__ = ["command", "plot_frontiers"]
+__all__ = ["command"]
 
 
 def _frontiers(
@@ -25,52 +24,6 @@ def _frontiers(
         name: Frontier.from_signatures(library.by_name(name), dominance, confidence)
         for name in names
     }
-
-
-def plot_frontiers(frontiers: dict[str, Frontier], path: Path) -> None:
-    """Write a figure (PNG, SVG or PDF by the suffix): per element, every cell with its
-    uncertainty bars, dominated cells greyed, the frontier drawn as a staircase line."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from scipy.stats import norm
-
-    n = len(frontiers)
-    cols = min(4, n)
-    rows = math.ceil(n / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
-    for ax, (name, front) in zip(axes.flat, frontiers.items(), strict=False):
-        c = float(norm.ppf(0.5 + front.confidence / 2.0))
-        for pts, style in (
-            (front.dominated, {"color": "0.7", "label": "dominated"}),
-            (front.points, {"color": "C0", "label": "frontier"}),
-        ):
-            if not pts:
-                continue
-            ax.errorbar(
-                [p.time for p in pts],
-                [p.energy for p in pts],
-                xerr=[c * p.std_time for p in pts],
-                yerr=[c * p.std_energy for p in pts],
-                fmt="o",
-                markersize=3,
-                capsize=2,
-                linewidth=0.8,
-                **style,
-            )
-        ax.plot([p.time for p in front.points], [p.energy for p in front.points], "-", color="C0")
-        ax.set_title(name, fontsize=9)
-        ax.set_xlabel("time (s)")
-        ax.set_ylabel("energy (J)")
-        ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[n:]:
-        ax.set_visible(False)
-    axes.flat[0].legend(fontsize=7)
-    fig.suptitle(f"Time–energy frontiers ({front.confidence:.0%} intervals)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
 
 
 def _rows(frontiers: dict[str, Frontier]) -> list[dict[str, Any]]:
@@ -143,7 +96,9 @@ def command(
             writer.writeheader()
             writer.writerows(rows)
     if plot is not None:
-        plot_frontiers(frontiers, plot)
+        from eopt.report.plots import plot_frontier
+
+        plot_frontier(frontiers, plot, title="Time–energy frontiers")
     if as_json:
         write_json("-", rows)
         return
