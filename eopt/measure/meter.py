@@ -12,6 +12,7 @@ why), and integrates the trace with the trapezoidal rule.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal
@@ -46,9 +47,10 @@ class WindowEnergy:
         duration_s: Window length, in s.
         method: ``counter`` or ``sampler``.
         field: The sensor field used (``energy_counter`` or a power field name).
-        error_j: A rough bound on the integration error, in J: the power change seen
-            around each edge times the time the sensor could not see there (0 on the
-            counter path at edges read by :meth:`Meter.mark`).
+        error_j: An estimate of the integration error, in J: the power change seen around
+            each edge over the time the sensor may have missed there, plus, for point
+            readings, the sampling error of the readings inside (0 on the counter path at
+            edges read by :meth:`Meter.mark`).
         n_samples: Samples (or counter readings) strictly inside the window.
         short: True when the window is shorter than ten sensor update periods, where
             sampling cannot resolve it and ``error_j`` matters.
@@ -286,19 +288,32 @@ class Meter:
                 f"power was not sampled before t={start_s:.6g} s; "
                 "start the meter before the window opens"
             )
-        got = self.power_trace.integrate(start_s, end_s)
-        # The sensor refreshes once a sensor period P, so what happened inside the refresh
-        # interval around an edge is unseen: each edge can shift the integral by up to the
-        # power change seen around it times P.
-        p = max(self.sensor_period_s, self.averaging_s)  # the smearing time of the field
-        error = p * (
-            self.power_trace.power_range_w(start_s - p, start_s + 2 * p)
-            + self.power_trace.power_range_w(end_s - p, end_s + 2 * p)
+        trace = self.power_trace
+        got = trace.integrate(start_s, end_s)
+        # Edges: the integration assumes the load steps at each edge, and places refreshes
+        # to within a poll. Real loads ramp, so allow the power change seen around each
+        # edge over a quarter of the field's smearing time P.
+        p = max(self.sensor_period_s, self.averaging_s)
+        error = (
+            0.25
+            * p
+            * (
+                trace.power_range_w(start_s - p, start_s + 2 * p)
+                + trace.power_range_w(end_s - p, end_s + 2 * p)
+            )
         )
-        if got.n_samples == 0 and self.power_trace.kind == "point":
+        if trace.kind == "point":
+            # Interior: point readings sample the draw once a period. A load that changes
+            # faster is only sampled, and periodic loads alias with the refresh, so the
+            # samples are not independent: allow one standard deviation of the readings
+            # (not of their mean).
+            inside = trace.readings_between(start_s, end_s)
+            if len(inside) >= 2:
+                error += duration * statistics.stdev(inside)
+        if got.n_samples == 0 and trace.kind == "point":
             # No refresh inside: the window's own draw was never read. It can be anything
             # up to the board's maximum power.
-            seen = self.power_trace.power_range_w(start_s, start_s)
+            seen = trace.power_range_w(start_s, start_s)
             floor = got.energy_j / duration if duration > 0 else 0.0
             error = max(error, (self._max_power_w() - floor + seen) * duration)
         return WindowEnergy(

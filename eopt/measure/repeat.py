@@ -292,6 +292,17 @@ def _quality_flags(runs: CellRuns, pol: RepeatPolicy, sensor_period_s: float) ->
             )
         )
     short = sum(1 for w in runs.windows if w.short)
+    rel_error = float(np.mean([w.relative_error for w in runs.windows]))
+    if not short and rel_error > 0.02:
+        flags.append(
+            _flag(
+                "large_energy_error",
+                f"energy error estimated at ±{rel_error:.1%} per window: the load changes "
+                f"faster than the {runs.meter.get('power_field')} power field resolves; use "
+                "the energy counter or an averaging power field where the GPU has one",
+                relative_error=rel_error,
+            )
+        )
     if short and runs.windows[0].method == "sampler":
         rel = float(np.mean([w.relative_error for w in runs.windows]))
         flags.append(

@@ -226,6 +226,13 @@ class SensorTrace:
             chunk = self._r[lo:hi]
             return max(chunk) - min(chunk) if len(chunk) > 1 else 0.0
 
+    def readings_between(self, start_s: float, end_s: float) -> list[float]:
+        """The readings refreshed in ``(start_s, end_s]``, in W."""
+        with self._lock:
+            lo = bisect.bisect_right(self._u, start_s)
+            hi = bisect.bisect_right(self._u, end_s)
+            return list(self._r[lo:hi])
+
     # integration -------------------------------------------------------------------------
     def _interval_mean_window(self, a: float, b: float) -> float:
         u, r, cum = self._u, self._r, self._cum

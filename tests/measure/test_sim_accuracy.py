@@ -79,3 +79,23 @@ def test_signature_on_the_sim_is_consistent_across_meters():
     assert c.energy == pytest.approx(s.energy, rel=0.01)
     assert c.dynamic_energy == pytest.approx(s.dynamic_energy, rel=0.02)
     assert c.meta["backend"] == "sim" and c.meta["device_model"] == "A100-SXM4-40GB"
+
+
+@pytest.mark.parametrize(("field", "flagged"), [("instant", True), ("average", False)])
+def test_a_load_faster_than_the_sensor_is_flagged_on_point_readings(field, flagged):
+    # ~35 ms GEMM, an idle gap, a burst of copies: the draw changes several times per
+    # 100 ms refresh. Point readings only sample it (and alias); interval means do not.
+    gpu = SimulatedGPU(seed=8, energy_counter=False, power_field=field)
+
+    def mixed() -> None:
+        gpu.launch("gemm", "naive", {})
+        gpu.idle(0.02)
+        for _ in range(20):
+            gpu.launch("memcpy", "cuda_memcpy", {"bytes": 2e7})
+
+    policy = RepeatPolicy(warmup=1, min_runs=4, min_time_s=0.0, n_boot=100)
+    with Meter(gpu) as meter:
+        sig = measure_signature("mixed", mixed, gpu, meter, policy=policy)
+    codes = {f["code"] for f in sig.meta["flags"]}
+    assert ("large_energy_error" in codes) is flagged
+    assert (sig.meta["energy_error_j"] / sig.energy > 0.02) is flagged
