@@ -294,14 +294,10 @@ class Meter:
         # to within a poll. Real loads ramp, so allow the power change seen around each
         # edge over a quarter of the field's smearing time P.
         p = max(self.sensor_period_s, self.averaging_s)
-        error = (
-            0.25
-            * p
-            * (
-                trace.power_range_w(start_s - p, start_s + 2 * p)
-                + trace.power_range_w(end_s - p, end_s + 2 * p)
-            )
+        seen = trace.power_range_w(start_s - p, start_s + 2 * p) + trace.power_range_w(
+            end_s - p, end_s + 2 * p
         )
+        error = 0.25 * p * seen
         if trace.kind == "point":
             # Interior: point readings sample the draw once a period. A load that changes
             # faster is only sampled, and periodic loads alias with the refresh, so the
