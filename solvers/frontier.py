@@ -19,10 +19,10 @@ from dataclasses import replace
 import numpy as np
 
 from solvers.exceptions import ProblemError
-from solvers.improve import improve
 from solvers.indexed import IndexedProblem, meets
 from solvers.lp import HullLP
 from solvers.problem import Problem
+from solvers.relax import relax_once
 from solvers.solution import Solution, build_solution
 from solvers.solve import METHODS, _relax, fastest_plan, solve
 
@@ -75,19 +75,31 @@ def frontier(
     lp = None if ip.coupled or method != "relax" else HullLP(ip)
 
     def at(deadline: float | None, start: Solution | None = None) -> Solution:
-        """The plan at one deadline; `start` (a plan meeting it) seeds a second try."""
+        """The plan at one deadline; `start` (a plan meeting it) seeds the search."""
         t0 = time.perf_counter()
         if lp is None:
             return solve(problem, deadline, method=method, time_limit=time_limit_per_point)
-        modes, bound, solver = _relax(
-            ip, deadline, fast, time_limit_per_point, lp=lp, batches=(1.0,), max_rounds=2
+        seeds = [[start.modes[name] for name in ip.names]] if start is not None else []
+        res = relax_once(lp, deadline, seeds)
+        if res is None:  # only at the fastest makespan, by float rounding in the LP
+            return solve(problem, deadline, method=method, time_limit=time_limit_per_point)
+        return build_solution(
+            ip,
+            res.modes,
+            deadline,
+            status="feasible",
+            lower_bound=res.bound,
+            solver="HiGHS LP + rounding",
+            method=method,
+            wall_time_s=time.perf_counter() - t0,
         )
-        if start is not None:
-            # Slack-to-energy from a neighbouring, faster plan: energies then fall
-            # monotonically along the deadline grid.
-            seeded = improve(ip, [start.modes[name] for name in ip.names], deadline)
-            if ip.evaluate(seeded).energy < ip.evaluate(modes).energy:
-                modes = seeded
+
+    def end(deadline: float | None) -> Solution:
+        """A plan at an end of the frontier, with the full relax effort."""
+        if lp is None:
+            return solve(problem, deadline, method=method, time_limit=time_limit_per_point)
+        t0 = time.perf_counter()
+        modes, bound, solver = _relax(ip, deadline, fast, time_limit_per_point, lp=lp)
         return build_solution(
             ip,
             modes,
@@ -99,9 +111,9 @@ def frontier(
             wall_time_s=time.perf_counter() - t0,
         )
 
-    cheapest = at(None)
+    cheapest = end(None)
     t_end = cheapest.makespan
-    plans = [at(t_fast), cheapest]
+    plans = [end(t_fast), cheapest]
     if t_end > t_fast * (1 + 1e-9):
         prev = plans[0]
         for d in np.linspace(t_fast, t_end, math.ceil(num_points * 1.3))[1:-1]:

@@ -221,8 +221,6 @@ class HullLP:
         h.run()
         if cold:
             h.setOptionValue("solver", "choose")
-            # Later solves start from this basis; presolve would throw it away.
-            h.setOptionValue("presolve", "off")
             self._solved = True
         status = h.getModelStatus()
         if status == highspy.HighsModelStatus.kInfeasible:

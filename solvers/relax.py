@@ -18,6 +18,7 @@ Assumptions:
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -160,3 +161,36 @@ def relax_assign(
         remaining = max(0.0, time_limit - (time.perf_counter() - t0))
         modes = improve(ip, modes, deadline, time_limit=remaining)
     return RelaxResult([int(m) for m in modes], bound, first, solves)
+
+
+def relax_once(
+    lp: HullLP, deadline: float | None, seeds: Sequence[Sequence[int]] = ()
+) -> RelaxResult | None:
+    """A cheap relax step for frontier sweeps: one warm LP solve, no diving.
+
+    Rounds every fractional task to its faster mode (which fits the LP's schedule),
+    improves that plan and every seed plan (assignments meeting `deadline`, e.g. the
+    plan at the previous, tighter deadline) by slack-to-energy moves, and keeps the
+    cheapest. None when the deadline is infeasible.
+
+    Assumptions:
+        `lp` has no pinned tasks.
+    """
+    ip = lp.ip
+    lp.set_deadline(deadline)
+    point = lp.solve()
+    if point is None:
+        return None
+    on_vertex, down, _, _ = classify(lp, point.t)
+    rounded = np.where(on_vertex, vertex_modes(lp, point.t), down).tolist()
+    if deadline is not None and not meets(ip.evaluate(rounded).makespan, deadline):
+        rounded = repair(ip, rounded, deadline)
+    best: list[int] | None = None
+    best_e = np.inf
+    for start in (rounded, *seeds):
+        modes = improve(ip, start, deadline)
+        ev = ip.evaluate(modes, deadline)
+        if meets(ev.makespan, deadline) and ev.energy < best_e:
+            best, best_e = modes, ev.energy
+    assert best is not None  # the rounded plan always qualifies
+    return RelaxResult([int(m) for m in best], point.energy_bound(ip, deadline), point, 1)
