@@ -180,6 +180,12 @@ def print_frontier(signatures: tuple[Signature, ...], dominance: str) -> None:
     "--cooldown", type=float, default=0.0, show_default=True, help="Idle time between windows, s."
 )
 @click.option(
+    "--min-window",
+    type=float,
+    default=None,
+    help="Shortest measured window, s (default: ten sensor update periods).",
+)
+@click.option(
     "--dominance",
     type=click.Choice(["interval", "point"]),
     default="interval",
@@ -209,6 +215,7 @@ def command(
     min_time: float,
     max_runs: int,
     cooldown: float,
+    min_window: float | None,
     dominance: str,
 ) -> None:
     """Measure a kernel over implementations κ × operating points ω.
@@ -242,6 +249,7 @@ def command(
             min_time_s=min_time,
             max_runs=max(max_runs, min_runs),
             cooldown_s=cooldown,
+            min_window_s=min_window,
             seed=seed,
         )
     except (SweepError, ValueError) as exc:

@@ -309,9 +309,8 @@ class Meter:
         if got.n_samples == 0 and trace.kind == "point":
             # No refresh inside: the window's own draw was never read. It can be anything
             # up to the board's maximum power.
-            seen = trace.power_range_w(start_s, start_s)
             floor = got.energy_j / duration if duration > 0 else 0.0
-            error = max(error, (self._max_power_w() - floor + seen) * duration)
+            error = max(error, (self._max_power_w() - floor) * duration)
         return WindowEnergy(
             got.energy_j, duration, "sampler", self.field, error, got.n_samples, short
         )
