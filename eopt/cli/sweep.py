@@ -220,6 +220,11 @@ def command(
 ) -> None:
     """Measure a kernel over implementations κ × operating points ω.
 
+    KERNEL is sim:<name> (the simulated GPU's catalog), module:function (called as
+    function(**params), or function(impl=…, **params) with --impls), or
+    module:fn_a,module:fn_b (one callable per implementation); or give --cmd instead.
+    Asynchronous GPU work (CUDA, PyTorch) needs --sync so each window waits for it.
+
     Each finished cell is appended to the output library at once; an interrupted sweep
     continues with --resume. The GPU's settings are restored however the sweep ends.
     Without an NVIDIA GPU, sim: kernels run on the simulated GPU; Python callables and
@@ -313,3 +318,9 @@ def _run(
             )
         except (SweepError, MeasureError, KernelError) as exc:
             raise UserError(f"{exc}; finished cells are saved, --resume continues") from None
+        except KeyboardInterrupt:
+            err_console.print(
+                f"interrupted: finished cells are saved in {output}; the same command with "
+                "--resume continues"
+            )
+            raise
