@@ -444,5 +444,20 @@ class NvmlGPU:
         mw = self._nvml("reading the power", pynvml.nvmlDeviceGetPowerUsage)
         return PowerReading(now, mw / 1000.0, "usage")
 
+    def power_fields(self) -> dict[str, PowerReading]:
+        """Every power field this GPU offers: ``instant``, ``average_1s`` and ``usage``."""
+        now = self.clock.now()
+        out: dict[str, PowerReading] = {}
+        for name, field_id in (
+            ("instant", pynvml.NVML_FI_DEV_POWER_INSTANT),
+            ("average_1s", pynvml.NVML_FI_DEV_POWER_AVERAGE),
+        ):
+            watts = self._field_w(field_id)
+            if watts is not None:
+                out[name] = PowerReading(now, watts, name)
+        mw = self._nvml("reading the power", pynvml.nvmlDeviceGetPowerUsage)
+        out["usage"] = PowerReading(now, mw / 1000.0, "usage")
+        return out
+
     def synchronize(self) -> None:
         """No-op: the user's callable synchronises its own framework (CUDA, PyTorch …)."""

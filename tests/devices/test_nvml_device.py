@@ -145,6 +145,8 @@ def test_power_prefers_instant_then_average_then_usage(make_fake_nvml):
     assert readings[0].power_w == pytest.approx((61_234 + instant) / 1000)
     assert readings[1].power_w == pytest.approx((61_234 + average) / 1000)
     assert readings[2].power_w == pytest.approx(61.234)
+    assert set(NvmlGPU(0).power_fields()) == {"instant", "average_1s", "usage"}
+    assert set(NvmlGPU(2).power_fields()) == {"usage"}
 
 
 def test_capabilities_are_converted_to_watts_and_sorted(fake_nvml):
