@@ -30,14 +30,13 @@ import contextlib
 import json
 import os
 import threading
-import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from eopt.devices.base import Clock
+from eopt.devices.base import Clock, WallClock
 
 __all__ = [
     "REGIONS_FILE_ENV",
@@ -108,13 +107,6 @@ class RegionWindow:
         }
 
 
-class _PerfClock:
-    """``time.perf_counter`` as a minimal clock (regions only need ``now``)."""
-
-    def now(self) -> float:
-        return time.perf_counter()
-
-
 class _Region(contextlib.ContextDecorator):
     """A region handle: a context manager and a decorator (re-entrant, thread-safe)."""
 
@@ -147,7 +139,7 @@ class RegionRecorder:
     """
 
     def __init__(self, clock: Clock | None = None, sink: str | os.PathLike[str] | None = None):
-        self.clock = clock if clock is not None else _PerfClock()
+        self.clock = clock if clock is not None else WallClock()
         self.windows: list[RegionWindow] = []
         self._local = threading.local()
         self._lock = threading.Lock()
@@ -377,7 +369,7 @@ class RegionReport:
     """Per-region energy of a measured span, and what fell outside every region.
 
     Attributes:
-        regions: Per-region totals, in first-seen order.
+        regions: Per-region totals, outer regions first (by first start, then depth).
         total_energy_j: Energy of the whole span, in J.
         total_time_s: Length of the span, in s.
         outside_energy_j: Energy of the span outside every region, in J.
@@ -451,7 +443,9 @@ def attribute_regions(
         groups.setdefault(w.key, []).append(RegionWindow(w.name, w.path, a, b, w.pid))
         clipped.append((a, b))
     stats = []
-    for key, calls in groups.items():
+    # Outer regions before the regions nested in them: by first start, then depth.
+    order = sorted(groups.items(), key=lambda kv: (min(c.start_s for c in kv[1]), kv[1][0].depth))
+    for key, calls in order:
         energies = [meter.energy(c.start_s, c.end_s) for c in calls]
         energy = sum(e.energy_j for e in energies)
         stats.append(

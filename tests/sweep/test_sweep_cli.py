@@ -112,7 +112,7 @@ def test_measure_prints_regions_and_json(monkeypatch, wall_gpu, child_script, tm
     data = json.loads(result.output)
     assert data == json.loads(out.read_text())
     names = [r["name"] for r in data["regions"]]
-    assert names == ["load", "train/fwd", "train"]
+    assert names == ["load", "train", "train/fwd"]  # outer regions first
     assert data["total_energy_j"] > sum(r["energy_j"] for r in data["regions"] if r["depth"] == 0)
     assert data["outside_energy_j"] > 0
 
