@@ -86,6 +86,10 @@ def open_devices(
         count = nvml.device_count(raise_errors=backend == "nvml") if nvml else 0
         if nvml is not None and count > 0:
             wanted = list(range(count)) if indices is None else list(indices)
+            if control:
+                from eopt.devices.guard import warn_if_stale
+
+                warn_if_stale()  # a killed run may have left these GPUs changed
             return [nvml.NvmlGPU(i, control=control) for i in wanted]
         if backend == "nvml":
             from eopt.devices.base import DeviceError

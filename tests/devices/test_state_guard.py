@@ -266,3 +266,65 @@ def test_state_files_of_other_hosts_are_left_alone(fake_nvml):
     result = CliRunner().invoke(command, [])
     assert "saved on host 'some-other-node'" in result.output
     assert fake_nvml.setter_calls() == [] and path.exists()
+
+
+_KILLED_RUN = """
+import os, signal
+from unittest import mock
+from eopt.devices import OperatingPoint
+from eopt.devices.guard import restoring_on_exit
+from eopt.devices.nvml import NvmlGPU
+
+with mock.patch("eopt.devices.nvml.pynvml", autospec=True) as nv:
+    nv.nvmlDeviceGetCount.return_value = 1
+    nv.nvmlDeviceGetName.return_value = "NVIDIA H200"
+    nv.nvmlDeviceGetUUID.return_value = "GPU-killed"
+    nv.nvmlDeviceGetPowerManagementLimit.return_value = 650_000
+    nv.nvmlDeviceGetPowerManagementLimitConstraints.return_value = [200_000, 700_000]
+    gpu = NvmlGPU(0)
+    with restoring_on_exit([gpu]):
+        nv.nvmlDeviceGetPowerManagementLimit.return_value = 300_000
+        gpu.set_operating_point(OperatingPoint(power_limit_w=300))
+        os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_run_killed_with_sigkill_leaves_a_state_file_the_next_run_warns_about(capsys):
+    proc = subprocess.run([sys.executable, "-c", _KILLED_RUN], capture_output=True, text=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    (state,) = find_state_files()
+    assert state.stale and not state.kept
+    assert state.devices[0]["uuid"] == "GPU-killed"
+    assert state.devices[0]["power_limit_w"] == 650.0  # the original, saved before the change
+    warn_if_stale()
+    err = capsys.readouterr().err
+    assert "WARNING" in err and "eopt reset" in err and "650 W" in err
+
+
+def test_the_guard_works_outside_the_main_thread(gpu, fake_nvml):
+    import threading
+
+    errors = []
+
+    def body() -> None:
+        try:
+            with restoring_on_exit([gpu]):
+                gpu.set_operating_point(CHANGE)
+        except Exception as exc:  # surfaced below
+            errors.append(exc)
+
+    worker = threading.Thread(target=body)
+    worker.start()
+    worker.join()
+    assert errors == []
+    _assert_original(fake_nvml)
+
+
+def test_opening_gpus_for_control_warns_about_a_killed_run(fake_nvml, capsys):
+    from eopt.devices import open_devices
+
+    _leave_stale_state(fake_nvml)
+    open_devices("nvml", control=False)
+    assert "eopt reset" not in capsys.readouterr().err  # measure-only changes nothing
+    open_devices("nvml")
+    assert "eopt reset" in capsys.readouterr().err
