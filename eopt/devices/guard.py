@@ -44,6 +44,7 @@ __all__ = [
 ]
 
 STATE_SCHEMA = "eopt.gpu-state/1"
+_ANNOUNCED: set[Path] = set()  # stale files already warned about in this process
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -177,7 +178,8 @@ def _describe(entry: dict[str, Any]) -> str:
 def warn_if_stale(stream: TextIO | None = None, directory: Path | None = None) -> list[StateFile]:
     """Warn loudly about state files left by killed runs; returns them.
 
-    A malformed state file is reported the same way (it needs the user's attention too).
+    Each file is announced once per process. A malformed state file is reported the same
+    way (it needs the user's attention too).
     """
     out = stream or sys.stderr
     try:
@@ -186,6 +188,9 @@ def warn_if_stale(stream: TextIO | None = None, directory: Path | None = None) -
         print(f"WARNING: {exc}", file=out)
         return []
     for f in stale:
+        if f.path in _ANNOUNCED:
+            continue
+        _ANNOUNCED.add(f.path)
         gpus = "; ".join(_describe(d) for d in f.devices)
         if f.kept:
             print(
