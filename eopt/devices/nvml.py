@@ -7,8 +7,10 @@ converts to W and J at the boundary, and nothing else in eopt sees mW.
 
 Control (locked SM / memory clocks, power limit) remembers the state found before the
 first change; :meth:`NvmlGPU.restore` puts it back — the ORIGINAL power limit, not the
-maximum. NVML cannot read back whether clocks were locked before eopt started, so restoring
-clocks means resetting the locks to the driver's default (``nvidia-smi -rgc`` behaviour).
+maximum — and touches only what eopt changed. NVML cannot read back whether clocks were
+locked before eopt started, so restoring a clock eopt locked means resetting the lock to
+the driver's default (what ``nvidia-smi -rgc`` does); ``eopt reset`` after a killed run
+resets both locks and the limit.
 
 Example::
 
@@ -174,7 +176,7 @@ class NvmlGPU:
     def _nvml(self, action: str, fn: Callable[..., T], *args: Any) -> T:
         model = getattr(self, "model", "")
         where = f"{self.name} ({model})" if model else self.name
-        return _call(f"{action} of {where}", fn, self._handle, *args)
+        return _call(f"{action} on {where}", fn, self._handle, *args)
 
     # ------------------------------------------------------------------ identity
     @functools.cached_property
