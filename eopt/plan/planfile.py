@@ -15,8 +15,26 @@ parallel groups, an optional deadline, and the signature libraries it uses::
     elements:
       - {name: "F[s0,m0]", device: stage0, type: stage0.forward}
       - {name: "F[s1,m0]", device: stage1, type: stage1.forward, after: ["F[s0,m0]"]}
-    groups:                                # same-device elements sharing one clock
-      - ["F[s0,m0]", "X[s0]"]
+    groups:                                # same-device elements that co-run
+      - ["F[s1,m0]", "AR[s1,m0]"]
+
+How a plan runs (and is priced):
+
+* **Groups** are same-device *parallel* groups: their elements co-start on their device,
+  run side by side (a compute kernel and an all-reduce overlapping) and share one
+  device-wide setting (clock, power limit). A group is priced by the calculus as one
+  element, ``par`` (⊕) of its members' cells: static power drawn once over the longest
+  member, dynamic energies added, E = s·max T_i + Σ d_i. A group waits for every
+  dependency of any member, and whatever depends on a member waits for the whole group.
+  No member may depend on another member, directly or through other elements, and two
+  groups may not wait for each other (they would have to start before each other).
+* **Everything else on a device runs one at a time.** Taking a group as one unit, each
+  device runs its units in a topological order of the dependencies, ties broken by the
+  order of the file (a group sits at its first member's place). The solver adds the
+  implied edges between consecutive units of a device, so two elements of one device
+  never overlap unless they share a group — they are priced as sequential, so they
+  must run so. To overlap two elements, group them; to run them in another order,
+  reorder the file or add an ``after``.
 
 Every validation error names the file and the place (``plan.yaml: elements[3].after:
 unknown element 'F9'``) and, for a cycle, the elements on it.
@@ -152,6 +170,30 @@ class Plan:
     def idle_power(self) -> dict[str, float]:
         """s̄ per device, in W."""
         return {d.name: d.idle_power_w for d in self.devices}
+
+    def units(self) -> list[tuple[str, ...]]:
+        """The scheduling units in file order: each group as one unit (members in the
+        group's order, at its first member's place in the file), every other element as a
+        unit of its own."""
+        return _units(self)
+
+    def device_order(self) -> dict[str, list[tuple[str, ...]]]:
+        """The order in which each device runs its units (module docstring): a topological
+        order of the dependencies between units, ties broken by file order.
+
+        Returns:
+            Device name → its units in execution order (every device, possibly empty).
+        """
+        units = _units(self)
+        rank = {u: i for i, u in enumerate(units)}
+        graph = _unit_graph(self, units)
+        device_of = {e.name: e.device for e in self.elements}
+        out: dict[str, list[tuple[str, ...]]] = {d.name: [] for d in self.devices}
+        # One global order, projected onto each device: per-device orders chosen apart
+        # could contradict each other through cross-device edges and form a cycle.
+        for unit in nx.lexicographical_topological_sort(graph, key=rank.__getitem__):
+            out[device_of[unit[0]]].append(unit)
+        return out
 
     # Serialisation ------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -382,6 +424,58 @@ def _validate(plan: Plan, source: str) -> None:
                 f"{source}: groups[{gi}]: elements on different devices {sorted(group_devices)}; "
                 "a group shares one device-wide setting, so all its elements need one device"
             )
+    if plan.groups:
+        _validate_group_order(plan, source)
+
+
+def _units(plan: Plan) -> list[tuple[str, ...]]:
+    group_of = {name: group for group in plan.groups for name in group}
+    units = [group_of.get(e.name, (e.name,)) for e in plan.elements]
+    return list(dict.fromkeys(units))
+
+
+def _unit_graph(plan: Plan, units: Sequence[tuple[str, ...]]) -> nx.DiGraph:
+    """Dependencies between units (edges inside one group dropped: validation refuses
+    them)."""
+    unit_of = {name: unit for unit in units for name in unit}
+    graph = nx.DiGraph()
+    graph.add_nodes_from(units)
+    graph.add_edges_from(
+        (unit_of[a], unit_of[b]) for a, b in plan.edges() if unit_of[a] != unit_of[b]
+    )
+    return graph
+
+
+def _validate_group_order(plan: Plan, source: str) -> None:
+    """A group co-starts: no member may wait for another, nor two groups for each other."""
+    group_index = {group: gi for gi, group in enumerate(plan.groups)}
+    unit_of = {name: group for group in plan.groups for name in group}
+    for i, e in enumerate(plan.elements):
+        for dep in e.after:
+            if e.name in unit_of and unit_of.get(dep) == unit_of[e.name]:
+                raise PlanError(
+                    f"{source}: elements[{i}].after: {e.name!r} depends on {dep!r}, but both "
+                    f"are in groups[{group_index[unit_of[dep]]}] and a group's elements "
+                    "co-start; drop the dependency or take one of them out of the group"
+                )
+    units = _units(plan)
+    try:
+        cycle = nx.find_cycle(_unit_graph(plan, units))
+    except nx.NetworkXNoCycle:
+        return
+
+    def label(unit: tuple[str, ...]) -> str:
+        if unit in group_index:
+            return f"groups[{group_index[unit]}] [{', '.join(unit)}]"
+        return unit[0]
+
+    names = [label(u) for u, _ in cycle] + [label(cycle[0][0])]
+    raise PlanError(
+        f"{source}: a group waits for itself: {' → '.join(names)}; a group's elements "
+        "co-start, so no member may depend on another member through other elements, and "
+        "two groups may not wait for each other; drop one of these 'after' entries or "
+        "split the group"
+    )
 
 
 # Files ------------------------------------------------------------------------------------

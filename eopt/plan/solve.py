@@ -53,27 +53,15 @@ class Baseline:
 
 
 def fastest_modes(pp: PlanProblem) -> dict[str, int]:
-    """Each element's fastest mode (ties: less energy); the elements of a group share the
-    setting at which the group's slowest member is fastest."""
+    """Each solver task's fastest mode (ties: less energy): every lone element at its
+    fastest cell, every group at the setting and cells that make it shortest."""
     problem: Any = pp.problem
-    tasks = {t.name: t for t in problem.tasks}
-    modes = {name: _fastest_at(t, None) for name, t in tasks.items()}
-    for group in pp.plan.groups:
-        common = set.intersection(*({m.setting for m in tasks[n].modes} for n in group))
-        options = []
-        for setting in common:
-            picks = {n: _fastest_at(tasks[n], setting) for n in group}
-            chosen = [tasks[n].modes[k] for n, k in picks.items()]
-            rank = (max(m.duration for m in chosen), sum(m.energy for m in chosen))
-            options.append((rank, picks))
-        modes.update(min(options, key=lambda item: item[0])[1])
-    return modes
-
-
-def _fastest_at(task: Any, setting: Any) -> int:
-    """Index of the task's fastest mode (at ``setting`` unless None); ties: less energy."""
-    ks = [k for k, m in enumerate(task.modes) if setting is None or m.setting == setting]
-    return min(ks, key=lambda k: (task.modes[k].duration, task.modes[k].energy))
+    return {
+        task.name: min(
+            range(len(task.modes)), key=lambda k: (task.modes[k].duration, task.modes[k].energy)
+        )
+        for task in problem.tasks
+    }
 
 
 def baseline(pp: PlanProblem) -> Baseline:
@@ -149,19 +137,22 @@ def solve_plan(
 def schedule_from_solution(pp: PlanProblem, sol: Any, base: Baseline | None = None) -> Schedule:
     """The :class:`Schedule` of a ``solvers.Solution`` of ``pp``.
 
-    Element energies are the chosen cells' s·T + d; the schedule's energy is the
-    solution's (elements + idle over the makespan + transitions).
+    Each element gets its own chosen cell (duration, s·T + d, κ, ω) and its task's start:
+    the members of a group co-start. The schedule's energy is the solution's (tasks, a
+    group priced as ``par`` of its members, + idle over the makespan + transitions), which
+    is the calculus' ``compose_schedule`` of the placed cells.
     """
     elements = []
+    chosen = pp.element_signatures(sol.modes)
     for elem in pp.plan.elements:
-        k = int(sol.modes[elem.name])
-        sig = pp.mode_signature(elem.name, k)
+        sig = chosen[elem.name]
         elements.append(
             ScheduledElement(
                 name=elem.name,
                 type=elem.type,
                 device=elem.device,
-                start=float(sol.starts[elem.name]),
+                # A group's members co-start at their task's start.
+                start=float(sol.starts[pp.task_of[elem.name]]),
                 duration=sig.time,
                 energy=sig.energy,
                 impl=sig.impl,
