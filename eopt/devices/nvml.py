@@ -107,6 +107,8 @@ def device_count(raise_errors: bool = False) -> int:
         return int(_call("counting GPUs", pynvml.nvmlDeviceGetCount))
     except DeviceError as exc:
         if raise_errors:
+            if "--backend sim" in str(exc):
+                raise
             raise DeviceError(f"{exc}; use --backend sim to run on the simulated GPU") from exc
         return 0
 
