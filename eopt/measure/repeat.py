@@ -9,7 +9,8 @@ The protocol, in order:
 2. **Calibration and warm-up**: one invocation is timed; invocations are then grouped into
    windows of ``k`` back-to-back calls so that each window lasts at least ``min_window_s``
    (ten sensor periods by default: a power sensor that refreshes every 100 ms cannot
-   resolve anything shorter). ``warmup`` windows are run and discarded.
+   resolve anything shorter). ``warmup`` windows are run and discarded; in the last one
+   each invocation is synchronised and timed on its own (for the single-run variance).
 3. **Measured windows**, back to back (or separated by ``cooldown_s``), until both
    ``min_runs`` windows and ``min_time_s`` of measured time are reached (or a budget runs
    out, which is flagged). Window energies are read off the meter's trace only after the
@@ -162,6 +163,9 @@ class CellRuns:
             ``min_runs`` and ``min_time_s`` were both met.
         started_at: UTC ISO time when the cell started.
         finished_at: UTC ISO time when it finished.
+        meter: The meter's description.
+        single_times_s: Times of single invocations, each synchronised, from the last
+            warm-up window (empty when ``k`` is 1 or there is no warm-up), in s.
     """
 
     time_s: np.ndarray
@@ -173,6 +177,7 @@ class CellRuns:
     started_at: str
     finished_at: str
     meter: dict[str, Any] = field(default_factory=dict)
+    single_times_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
 def run_repeats(
@@ -213,8 +218,19 @@ def run_repeats(
         wait()
         return a, meter.mark()
 
-    for _ in range(pol.warmup):
+    for _ in range(pol.warmup - 1):
         one_window()
+    singles: list[float] = []
+    if pol.warmup >= 1:
+        # The last warm-up window times each invocation on its own: the spread of single
+        # runs, which windows of k runs average away (see signature_from_runs).
+        clock = device.clock
+        for _ in range(k):
+            wait()
+            a = clock.now()
+            run()
+            wait()
+            singles.append(clock.now() - a)
 
     marks: list[tuple[float, float]] = []
     measured = 0.0
@@ -242,6 +258,7 @@ def run_repeats(
         started_at=started,
         finished_at=_utc_now(),
         meter=meter.describe(),
+        single_times_s=np.array(singles if k > 1 else []),
     )
 
 
@@ -316,6 +333,50 @@ def _quality_flags(runs: CellRuns, pol: RepeatPolicy, sensor_period_s: float) ->
     return flags
 
 
+def _single_run_variances(
+    runs: CellRuns, t_sum: Summary, e_sum: Summary
+) -> tuple[float, float, dict[str, Any]]:
+    """Single-run variances of time and energy from windows of ``k`` runs.
+
+    A window's per-run mean varies by the within-window spread of single runs over ``k``
+    plus any slower, window-level variation (thermal state, clocks):
+    ``Var(window mean) = within / k + between``. A single run varies by
+    ``within + between``. ``within`` comes from the individually timed runs of the last
+    warm-up window; for energy, which a sensor cannot resolve per run, it is taken as the
+    time spread at the mean power (``P̄² · within_T``: a run that takes longer at the same
+    power spends proportionally more). Without timed runs, runs are assumed independent
+    (``k · Var(window mean)``).
+    """
+    k = runs.inner_repeats
+    if k == 1:
+        return t_sum.var, e_sum.var, {"model": "single runs", "k": 1}
+    singles = runs.single_times_s
+    if singles.size < 2:
+        return (
+            k * t_sum.var,
+            k * e_sum.var,
+            {"model": "independent runs: k × Var(window mean)", "k": k},
+        )
+    within_t = float(np.var(singles, ddof=1))
+    power = e_sum.mean / t_sum.mean if t_sum.mean > 0 else 0.0
+    within_e = power**2 * within_t
+    between_t = max(0.0, t_sum.var - within_t / k)
+    between_e = max(0.0, e_sum.var - within_e / k)
+    return (
+        within_t + between_t,
+        within_e + between_e,
+        {
+            "model": "within + between windows",
+            "k": k,
+            "timed_runs": int(singles.size),
+            "within_time_s2": within_t,
+            "between_time_s2": between_t,
+            "within_energy_j2": within_e,
+            "between_energy_j2": between_e,
+        },
+    )
+
+
 def signature_from_runs(
     name: str,
     runs: CellRuns,
@@ -331,11 +392,10 @@ def signature_from_runs(
 ) -> Signature:
     """Turn repeated runs and a static-power reading into a :class:`Signature`.
 
-    ``time`` and ``dynamic_energy`` are per invocation. Single-run variances are estimated
-    as ``k ×`` the variance of the per-invocation window means (independent invocations);
-    with ``k = 1`` they are the plain sample variances. A negative raw ``d`` (static power
-    measured above the kernel's mean power, e.g. sensor noise on a tiny kernel) is clamped
-    to 0 and flagged.
+    ``time`` and ``dynamic_energy`` are per invocation; single-run variances come from
+    :func:`_single_run_variances` (the plain sample variances when ``k = 1``). A negative
+    raw ``d`` (static power measured above the kernel's mean power, e.g. sensor noise on a
+    tiny kernel) is clamped to 0 and flagged.
     """
     pol = policy or RepeatPolicy()
     k = runs.inner_repeats
@@ -353,6 +413,7 @@ def signature_from_runs(
             )
         )
     error_j = float(np.mean([w.error_j for w in runs.windows])) / k
+    var_time, var_energy, variance = _single_run_variances(runs, t_sum, e_sum)
     meta: dict[str, Any] = {
         **runs.meter,
         "backend": backend if backend is not None else getattr(device, "backend", None),
@@ -370,6 +431,7 @@ def signature_from_runs(
         "static": static.to_meta(),
         "raw_dynamic_energy_j": raw_d,
         "runs": {"time_s": runs.time_s.tolist(), "energy_j": runs.energy_j.tolist()},
+        "variance": variance,
         "flags": flags,
         "started_at": runs.started_at,
         "finished_at": runs.finished_at,
@@ -383,8 +445,8 @@ def signature_from_runs(
         static_power=static.power_w,
         time=t_sum.mean,
         dynamic_energy=max(0.0, raw_d),
-        var_time=k * t_sum.var,
-        var_energy=k * e_sum.var,
+        var_time=var_time,
+        var_energy=var_energy,
         devices=(device.name,),
         workload=dict(workload or {}),
         impl=impl,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from eopt.devices.operating_point import OperatingPoint
@@ -50,12 +51,14 @@ def test_sync_hook_is_called_around_every_window(fake_gpu):
     gpu = fake_gpu()
     calls = []
     with Meter(gpu) as meter:
-        measure_signature(
+        sig = measure_signature(
             "k", lambda: gpu.busy(0.5, 200.0), gpu, meter, policy=FAST,
             sync=lambda: calls.append(gpu.clock.now()),
         )  # fmt: skip
-    # calibration (2) + warm-up windows (2 each) + measured windows (2 each)
-    assert len(calls) == 2 + 2 * FAST.warmup + 2 * FAST.min_runs
+    k = sig.meta["inner_repeats"]
+    assert k == 2
+    # calibration (2) + the timed warm-up window (2 per invocation) + measured windows (2)
+    assert len(calls) == 2 + 2 * k + 2 * FAST.min_runs
 
 
 def test_min_time_extends_the_run_count(fake_gpu):
@@ -147,3 +150,31 @@ def test_bad_policies_are_rejected():
         RepeatPolicy(min_runs=10, max_runs=5)
     with pytest.raises(ValueError, match="confidence"):
         RepeatPolicy(confidence=1.5)
+
+
+def test_single_run_variance_separates_run_jitter_from_slow_drift(fake_gpu):
+    # Each run jitters (σ = 0.5 ms, independent) and the machine drifts slowly across
+    # windows (a sine of amplitude 0.5 ms over ~40 windows). A single run varies by both:
+    # σ² + A²/2. Scaling the variance of window means by k would count the drift k times.
+    rng = np.random.default_rng(0)
+    sigma, amp, k = 5e-4, 5e-4, 100
+    calls = {"n": 0}
+
+    def kernel() -> None:
+        calls["n"] += 1
+        drift = amp * math.sin(2 * math.pi * calls["n"] / (40 * k))
+        gpu.busy(0.01 + drift + rng.normal(0.0, sigma), 200.0)
+
+    gpu = fake_gpu()
+    policy = RepeatPolicy(warmup=1, min_runs=40, min_time_s=0.0, settle_s=0.1, n_boot=100,
+                          min_effect=1.0)  # fmt: skip
+    with Meter(gpu) as meter:
+        sig = measure_signature("k", kernel, gpu, meter, policy=policy)
+    assert sig.meta["inner_repeats"] == k
+    truth = sigma**2 + amp**2 / 2
+    assert sig.var_time == pytest.approx(truth, rel=0.35)
+    assert sig.meta["variance"]["model"] == "within + between windows"
+    naive = k * float(np.var(sig.meta["runs"]["time_s"], ddof=1))
+    assert naive > 10 * truth  # what the independence assumption would have claimed
+    # energy at constant power: σ_E = P · σ_T
+    assert sig.var_energy == pytest.approx(200.0**2 * truth, rel=0.35)
