@@ -99,7 +99,9 @@ def frontier(
         if lp is None:
             return solve(problem, deadline, method=method, time_limit=time_limit_per_point)
         t0 = time.perf_counter()
-        modes, bound, solver = _relax(ip, deadline, fast, time_limit_per_point, lp=lp)
+        # The ends get the full search, in a short time: they anchor the sweep.
+        limit = min(time_limit_per_point, 1.5)
+        modes, bound, solver = _relax(ip, deadline, fast, t_fast, limit, lp=lp)
         return build_solution(
             ip,
             modes,
@@ -121,8 +123,8 @@ def frontier(
             plans.append(prev)
         for _ in range(50):
             kept = pareto_filter(plans)
-            # Bounded work: at most twice the points asked for are solved.
-            if len(kept) >= num_points or len(plans) >= 2 * num_points:
+            # Bounded work: at most four times the points asked for are solved.
+            if len(kept) >= num_points or len(plans) >= 4 * num_points:
                 break
             spans = np.diff([s.makespan for s in kept])
             if len(spans) == 0:

@@ -26,6 +26,7 @@ import numpy as np
 from solvers.improve import improve, repair
 from solvers.indexed import meets
 from solvers.lp import HullLP, LPPoint
+from solvers.solution import relative_gap
 
 #: Relative distance below which an LP duration counts as sitting on a mode.
 VERTEX_RTOL = 1e-9
@@ -194,3 +195,74 @@ def relax_once(
             best, best_e = modes, ev.energy
     assert best is not None  # the rounded plan always qualifies
     return RelaxResult([int(m) for m in best], point.energy_bound(ip, deadline), point, 1)
+
+
+#: Diving batch sizes tried in turn by `relax_search` while time remains.
+DIVE_BATCHES = (0.2, 0.05, 1.0)
+
+
+def relax_search(
+    lp: HullLP,
+    deadline: float | None,
+    t_fast: float,
+    *,
+    time_limit: float = 60.0,
+    sweep_steps: int = 40,
+) -> RelaxResult | None:
+    """The relax method's full search; the best of three plan generators.
+
+    1. One LP solve, rounding and slack-to-energy improvement (`relax_once`).
+    2. A sweep: deadlines from the fastest makespan up to `deadline`, each plan seeding
+       the next (`relax_once` with the previous plan as seed); it follows the frontier
+       and so carries good structure from tight to loose deadlines.
+    3. LP diving with several batch sizes (`relax_assign`).
+
+    Each stage only runs while the time left allows it. None when infeasible.
+
+    Args:
+        lp: the problem's LP.
+        deadline: s, or None.
+        t_fast: the fastest makespan, s (start of the sweep).
+        time_limit: s of wall time.
+        sweep_steps: most deadlines in the sweep.
+    """
+    t0 = time.perf_counter()
+    ip = lp.ip
+    lp.unfix_all()
+    first = relax_once(lp, deadline)
+    if first is None:
+        return None
+    best = first
+    best_e = ip.evaluate(first.modes, deadline).energy
+    step_cost = time.perf_counter() - t0
+
+    def consider(res: RelaxResult | None) -> None:
+        nonlocal best, best_e
+        if res is None:
+            return
+        e = ip.evaluate(res.modes, deadline).energy
+        if meets(ip.evaluate(res.modes).makespan, deadline) and e < best_e:
+            best, best_e = RelaxResult(res.modes, first.bound, first.lp_point, res.lp_solves), e
+
+    def left() -> float:
+        return time_limit - (time.perf_counter() - t0)
+
+    end = deadline if deadline is not None else first.lp_point.horizon
+    steps = int(min(sweep_steps, max(0, 0.3 * time_limit / max(step_cost, 1e-3))))
+    if steps >= 2 and end > t_fast * (1 + 1e-9):
+        seeds: list[list[int]] = []
+        last = None
+        for d in np.linspace(t_fast, end, steps)[:-1]:
+            if left() < 0.5 * time_limit:
+                break
+            last = relax_once(lp, float(d), seeds)
+            if last is not None:
+                seeds = [last.modes]
+        if last is not None:
+            consider(relax_once(lp, deadline, seeds))
+    for batch in DIVE_BATCHES:
+        if relative_gap(best_e, first.bound) <= 1e-9 or left() < 2 * step_cost:
+            break
+        consider(relax_assign(lp, deadline, time_limit=left(), batch=batch))
+    lp.unfix_all()
+    return best

@@ -15,13 +15,10 @@ from solvers.indexed import IndexedProblem, meets
 from solvers.lp import HullLP
 from solvers.milp import min_makespan, solve_milp, solver_name
 from solvers.problem import Problem
-from solvers.relax import relax_assign
+from solvers.relax import relax_search
 from solvers.solution import Solution, build_solution, relative_gap
 
 METHODS = ("auto", "relax", "milp")
-
-#: Diving batch sizes tried in turn by the relax method while time remains.
-DIVE_BATCHES = (0.2, 0.05, 1.0, 0.1)
 
 
 def _check_deadline(deadline: float | None) -> float | None:
@@ -119,43 +116,18 @@ def _relax(
     ip: IndexedProblem,
     deadline: float | None,
     fast: list[int],
+    t_fast: float,
     time_limit: float,
     lp: HullLP | None = None,
-    batches: tuple[float, ...] = DIVE_BATCHES,
-    max_rounds: int | None = None,
 ) -> tuple[list[int], float, str]:
     """Relax method: (modes, bound J, solver description)."""
-    t0 = time.perf_counter()
     if ip.coupled:
         modes, bound = relax_coupled(ip, deadline, fast, time_limit=time_limit)
         return modes, bound, "HiGHS LP relaxation + fixed settings + local search"
-    lp = lp or HullLP(ip)
-    best: list[int] | None = None
-    best_e = math.inf
-    bound = math.nan
-    for j, batch in enumerate(batches):
-        elapsed = time.perf_counter() - t0
-        # Later variants only while they fit comfortably in the time left.
-        if j > 0 and elapsed * (j + 1) / j > time_limit:
-            break
-        res = relax_assign(
-            lp,
-            deadline,
-            time_limit=max(0.1, time_limit - elapsed),
-            batch=batch,
-            max_rounds=max_rounds,
-        )
-        if res is None:  # the LP says infeasible: only by float trouble at the boundary
-            break
-        bound = res.bound
-        e = ip.evaluate(res.modes, deadline).energy
-        if e < best_e:
-            best, best_e = res.modes, e
-        if relative_gap(best_e, bound) <= 1e-9:
-            break
-    if best is None:
-        return list(fast), bound, "HiGHS LP + rounding"
-    return best, bound, "HiGHS LP + rounding"
+    res = relax_search(lp or HullLP(ip), deadline, t_fast, time_limit=time_limit)
+    if res is None:  # the LP says infeasible: only by float rounding at the boundary
+        return list(fast), math.nan, "fastest plan"
+    return res.modes, res.bound, "HiGHS LP + rounding"
 
 
 def solve(
@@ -206,7 +178,7 @@ def solve(
     notes: list[str] = []
     status = "feasible"
     if method in ("relax", "auto"):
-        modes, bound, solver = _relax(ip, deadline, fast, time_limit)
+        modes, bound, solver = _relax(ip, deadline, fast, t_fast, time_limit)
         energy = ip.evaluate(modes, deadline).energy
         if relative_gap(energy, bound) <= gap:
             status = "optimal"
