@@ -6,6 +6,7 @@ import sys
 from typing import Any
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
 from eopt.cli._common import UserError, console, err_console, write_json
@@ -25,8 +26,10 @@ def print_report(result: CommandMeasurement) -> None:
     """Per-region table: inclusive energy, time, mean power, share; outside and total."""
     rep = result.report
     table = Table(
-        title=f"{result.device} ({result.model}): {rep.meter.get('method')} "
-        f"({rep.meter.get('power_field')})",
+        title=escape(
+            f"{result.device} ({result.model}): {rep.meter.get('method')} "
+            f"({rep.meter.get('power_field')})"
+        ),
         title_justify="left",
     )
     for col in ("region", "calls", "time s", "energy J", "mean W", "share"):
@@ -34,7 +37,7 @@ def print_report(result: CommandMeasurement) -> None:
     for r in rep.regions:
         flag = f" [yellow](short calls: ±{r.error_j:.2g} J)[/]" if r.short_calls else ""
         table.add_row(
-            "  " * r.depth + r.key.rsplit("/", 1)[-1] + flag,
+            "  " * r.depth + escape(r.key.rsplit("/", 1)[-1]) + flag,
             str(r.calls),
             f"{r.time_s:.4g}",
             f"{r.energy_j:.4g}",

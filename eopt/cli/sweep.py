@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -67,8 +68,8 @@ def print_cells(signatures: tuple[Signature, ...], title: str) -> None:
     for sig in signatures:
         flags = ",".join(sorted({f["code"] for f in sig.meta.get("flags", [])}))
         table.add_row(
-            sig.impl,
-            sig.op_point.label(),
+            escape(sig.impl),
+            escape(sig.op_point.label()),
             f"{sig.time * 1e3:.4g}{_pm(sig, 'ci_time_s', 1e3)}",
             f"{sig.energy:.4g}{_pm(sig, 'ci_energy_j')}",
             f"{sig.static_power:.4g}",
@@ -92,8 +93,8 @@ def print_frontier(signatures: tuple[Signature, ...], dominance: str) -> None:
         table.add_column(col, justify="left" if col in ("impl κ", "ω") else "right")
     for row in front.to_rows():
         table.add_row(
-            row["impl"],
-            row["op_point"],
+            escape(row["impl"]),
+            escape(row["op_point"]),
             f"{row['time_s'] * 1e3:.4g}",
             f"{row['energy_j']:.4g}",
             f"[{row['energy_low_j']:.4g}, {row['energy_high_j']:.4g}]",
@@ -274,7 +275,9 @@ def command(
         err_console.print(
             f"resumed: {result.skipped} of {len(grid)} cells were already in {output}"
         )
-    print_cells(result.signatures, f"{spec.name} on {device.name} ({device.model}), per invocation")
+    print_cells(
+        result.signatures, escape(f"{spec.name} on {device.name} ({device.model}), per invocation")
+    )
     print_frontier(result.signatures, dominance)
     console.print(f"wrote {len(result.measured)} new cell(s) to {output}")
 

@@ -89,7 +89,7 @@ def child_script(tmp_path):
             import sys, time
             from eopt.measure import regions
 
-            with regions.region("load"):
+            with regions.region("load[0]"):  # brackets are not rich markup
                 time.sleep(0.03)
             with regions.region("train"):
                 with regions.region("fwd"):
@@ -105,14 +105,14 @@ def test_measure_prints_regions_and_json(monkeypatch, wall_gpu, child_script, tm
     monkeypatch.setattr("eopt.cli.measure.open_measure_device", lambda backend, index: wall_gpu)
     result = _run(["measure", "--", sys.executable, str(child_script)])
     assert result.exit_code == 0, result.output
-    for word in ("load", "train", "fwd", "outside regions", "total", "counter"):
+    for word in ("load[0]", "train", "fwd", "outside regions", "total", "counter"):
         assert word in result.output
     out = tmp_path / "run.json"
     result = _run(["measure", "--json", "-o", str(out), "--", sys.executable, str(child_script)])
     data = json.loads(result.output)
     assert data == json.loads(out.read_text())
     names = [r["name"] for r in data["regions"]]
-    assert names == ["load", "train", "train/fwd"]  # outer regions first
+    assert names == ["load[0]", "train", "train/fwd"]  # outer regions first
     assert data["total_energy_j"] > sum(r["energy_j"] for r in data["regions"] if r["depth"] == 0)
     assert data["outside_energy_j"] > 0
 
