@@ -18,6 +18,7 @@ from rich.table import Table
 
 from eopt.calculus.signature import Signature
 from eopt.cli._common import UserError, console, err_console
+from eopt.devices.base import DevicePermissionError
 from eopt.measure.command import MeasureError
 from eopt.measure.repeat import RepeatPolicy
 from eopt.sweep import (
@@ -319,6 +320,10 @@ def _run(
                 control=control,
                 method=method,  # type: ignore[arg-type]
             )
+        except DevicePermissionError as exc:
+            raise UserError(
+                f"{exc}; or pass --no-control to measure at the current setting"
+            ) from None
         except (SweepError, MeasureError, KernelError) as exc:
             raise UserError(f"{exc}; finished cells are saved, --resume continues") from None
         except KeyboardInterrupt:
