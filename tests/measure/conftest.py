@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import heapq
 import itertools
 from collections.abc import Callable
@@ -57,9 +58,10 @@ class VirtualClock:
 
 
 class FakeGPU:
-    """Piecewise-constant true power; a sensor refreshed every ``period`` that reads either
-    the power at the refresh (``sensor="instant"``) or the mean over the last period
-    (``sensor="average"``), held until the next refresh.
+    """Piecewise-constant true power; a sensor refreshed every ``period`` that reads the
+    power at the refresh (``sensor="instant"``), the mean over the last period
+    (``sensor="average"``) or over the last second (``sensor="average_1s"``, as NVML),
+    held until the next refresh.
 
     ``busy(duration, power)`` runs a "kernel" drawing ``power`` W (total) for ``duration``.
     """
@@ -90,6 +92,8 @@ class FakeGPU:
         self._box_t = 0.0
         self._reading = idle_w
         self._instant = idle_w
+        self._average_1s = idle_w
+        self._history: collections.deque[tuple[float, float]] = collections.deque([(0.0, 0.0)])
         self.clock = VirtualClock(self._integrate)
         self.op = OperatingPoint(1410.0, None, 300.0)
         self.original = self.op
@@ -111,6 +115,13 @@ class FakeGPU:
                 self._reading = (self.energy - self._box_energy) / (t - self._box_t)
                 self._instant = self.power_now
                 self._box_energy, self._box_t = self.energy, t
+                # NVML's average_1s: the mean over the last second, refreshed each period
+                self._history.append((t, self.energy))
+                while len(self._history) > 1 and self._history[1][0] <= t - 1.0 + 1e-9:
+                    self._history.popleft()
+                t_old, e_old = self._history[0]
+                if t > t_old:
+                    self._average_1s = (self.energy - e_old) / (t - t_old)
 
     def busy(self, duration: float, power_w: float) -> None:
         self.power_now = power_w
@@ -151,7 +162,9 @@ class FakeGPU:
         return self.energy if self.has_counter else None
 
     def power(self) -> PowerReading:
-        value = self._instant if self.sensor == "instant" else self._reading
+        value = {"instant": self._instant, "average_1s": self._average_1s}.get(
+            self.sensor, self._reading
+        )
         if self.noise_w:
             value += float(self.rng.normal(0.0, self.noise_w))
         return PowerReading(self.clock.now(), value, self.sensor)

@@ -176,3 +176,19 @@ def test_counter_windows_with_unmarked_edges_carry_an_honest_error(fake_gpu):
         assert abs(got.energy_j - (e1 - e0)) <= got.error_j
         marked = meter.energy(start, meter.mark())
         assert marked.error_j == 0.0
+
+
+def test_one_second_moving_average_field_is_read_at_its_centre(fake_gpu):
+    gpu = fake_gpu(idle_w=60.0, sensor="average_1s", counter=False)
+    with Meter(gpu) as meter:
+        gpu.clock.sleep(2.0)
+        e0, t0 = gpu.true_energy_j(), meter.mark()
+        gpu.busy(12.0, 360.0)
+        t1, e1 = meter.mark(), gpu.true_energy_j()
+        got = meter.energy(t0, t1)
+        assert meter.averaging_s == 1.0
+        assert not got.short  # ten averaging windows
+        # Read as a centred moving mean: each edge is smoothed over ±0.5 s, losing about
+        # ΔP·W/8; unshifted it would lose ΔP·W/2 at the start edge alone.
+        assert got.energy_j == pytest.approx(e1 - e0, rel=0.02)
+        assert abs(got.energy_j - (e1 - e0)) <= got.error_j
