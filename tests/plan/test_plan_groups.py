@@ -19,10 +19,11 @@ import numpy as np
 import pytest
 
 from eopt.calculus.library import Library
+from eopt.calculus.operators import par
 from eopt.calculus.schedule import compose_schedule
 from eopt.calculus.signature import Signature
 from eopt.devices.operating_point import OperatingPoint
-from eopt.plan.planfile import Plan, PlanDevice, PlanElement
+from eopt.plan.planfile import Plan, PlanDevice, PlanElement, PlanError
 from eopt.plan.problem import build_problem
 from eopt.plan.schedule import Schedule
 from eopt.plan.solve import solve_plan
@@ -63,7 +64,8 @@ def _library(seed: int, cells: dict[str, Sequence[tuple[str, float]]]) -> Librar
 
 
 def _small_plan(transition: bool) -> Plan:
-    """Six elements on two devices; the file order is a topological order."""
+    """Six elements on two devices; the file order is a topological order, so each device
+    runs its units in file order."""
     g0 = PlanDevice("g0", IDLE_W["g0"], transition_time_s=0.05 if transition else 0.0,
                     transition_energy_j=0.7 if transition else 0.0)  # fmt: skip
     return Plan(
@@ -73,7 +75,7 @@ def _small_plan(transition: bool) -> Plan:
             PlanElement("b", "g1", "tb", ("a",)),
             PlanElement("c", "g0", "tc", ("a",)),
             PlanElement("d", "g0", "td", ("b",)),
-            PlanElement("e", "g1", "te", ("b",)),
+            PlanElement("e", "g1", "te"),  # free: g1 runs it after b (file order)
             PlanElement("f", "g0", "tf", ("c", "e")),
         ),
         groups=(("c", "d"),),
@@ -151,24 +153,42 @@ def _all_assignments(plan: Plan, lib: Library) -> list[tuple[float, float]]:
 def test_group_priced_by_par_not_per_member() -> None:
     """A (2 s, d = 10 J) ∥ B (1 s, d = 4 J) at s = 50 W on a device idling at 30 W:
     s·max T + Σd = 50·2 + 14 = 114 J (separate tasks would say 150 + 14 − 30 = 134 J)."""
-    lib = Library(
-        [
-            Signature("A", static_power=50.0, time=2.0, dynamic_energy=10.0),
-            Signature("B", static_power=50.0, time=1.0, dynamic_energy=4.0),
-        ]
-    )
+    a = Signature("A", static_power=50.0, time=2.0, dynamic_energy=10.0, var_time=0.04,
+                  var_energy=400.0)  # fmt: skip
+    b = Signature("B", static_power=50.0, time=1.0, dynamic_energy=4.0, var_time=0.01,
+                  var_energy=30.0)  # fmt: skip
     plan = Plan(
         devices=(PlanDevice("gpu", 30.0),),
         elements=(PlanElement("a", "gpu", "A"), PlanElement("b", "gpu", "B")),
         groups=(("a", "b"),),
     )
-    schedule = solve_plan(plan, method="milp", library=lib)
+    schedule = solve_plan(plan, method="milp", library=Library([a, b]))
     assert schedule.energy == pytest.approx(114.0, rel=1e-12)
     assert schedule.makespan == pytest.approx(2.0, rel=1e-12)
     assert [e.start for e in schedule.elements] == [0.0, 0.0]
-    assert [e.duration for e in schedule.elements] == [2.0, 1.0]
-    # The variance is par's: Σσ_d² + s²·Var(max T) (here all zero but the formula's path).
-    assert schedule.energy_std == 0.0
+    assert [(e.duration, e.energy) for e in schedule.elements] == [(2.0, 110.0), (1.0, 54.0)]
+    # σ² is par's: Σσ_d² + s²·Var(max T), not the members' Σσ_E².
+    assert schedule.energy_std**2 == pytest.approx(par(a, b).var_energy, rel=1e-12)
+    assert schedule.energy_std**2 != pytest.approx(a.var_energy + b.var_energy, rel=1e-3)
+
+
+def test_group_without_a_shared_setting_is_refused() -> None:
+    plan = Plan(
+        devices=(PlanDevice("gpu", 30.0),),
+        elements=(PlanElement("a", "gpu", "A"), PlanElement("b", "gpu", "B")),
+        groups=(("a", "b"),),
+    )
+    lib = Library([_cell("A", 1400.0, 1.0, 5.0, "default"), _cell("B", 1000.0, 1.0, 5.0, "x")])
+    expected = (
+        r"groups\[0\] \(a, b\): its elements share no device-wide setting in the "
+        r"libraries \(A: 1400MHz; B: 1000MHz\)"
+    )
+    with pytest.raises(PlanError, match=expected):
+        build_problem(plan, lib)
+    mismatched = Signature("B", static_power=49.0, time=1.0, dynamic_energy=4.0,
+                           op_point=OperatingPoint(sm_clock_mhz=1400.0))  # fmt: skip
+    with pytest.raises(PlanError, match=r"at 1400MHz, 'A' has static power 70 W but 'B' "):
+        build_problem(plan, Library([_cell("A", 1400.0, 1.0, 5.0, "default"), mismatched]))
 
 
 @pytest.mark.parametrize("transition", [False, True])
@@ -270,3 +290,49 @@ def test_group_member_off_the_critical_path_saves_dynamic_energy(
     assert {e.name: e.impl for e in schedule.elements}["y"] == "lean"
     assert schedule.energy == pytest.approx(212.8 + 151.0, rel=1e-12)
     grouped_check(schedule, plan, lib)
+
+
+def _unit_cells(*names: str) -> Library:
+    return Library(
+        [Signature(n, static_power=40.0, time=1.0 + 0.5 * i, dynamic_energy=3.0)
+         for i, n in enumerate(names)]
+    )  # fmt: skip
+
+
+def test_unordered_elements_of_one_device_run_one_at_a_time(grouped_check: Checker) -> None:
+    """p and q share g0 with no dependency: q waits for p (file order), and the energy is
+    the sequential one — 40·(1 + 1.5) + 6 J on g0, no overlap priced or scheduled."""
+    plan = Plan(
+        devices=(PlanDevice("g0", 30.0),),
+        elements=(PlanElement("p", "g0", "P"), PlanElement("q", "g0", "Q")),
+    )
+    lib = _unit_cells("P", "Q")
+    schedule = solve_plan(plan, method="milp", library=lib)
+    starts = {e.name: e.start for e in schedule.elements}
+    assert starts == {"p": 0.0, "q": 1.0}
+    assert schedule.makespan == pytest.approx(2.5, rel=1e-12)
+    assert schedule.energy == pytest.approx(40.0 * 2.5 + 6.0, rel=1e-12)
+    grouped_check(schedule, plan, lib)
+
+
+def test_device_chains_follow_one_global_order(grouped_check: Checker) -> None:
+    """Per-device file order would chain b → a on X and d → c on Y, which with a → d and
+    c → b is a cycle; one topological order (file-order ties) runs a, d, c, b instead."""
+    plan = Plan(
+        devices=(PlanDevice("X", 20.0), PlanDevice("Y", 20.0)),
+        elements=(
+            PlanElement("b", "X", "B", ("c",)),
+            PlanElement("d", "Y", "D", ("a",)),
+            PlanElement("a", "X", "A"),
+            PlanElement("c", "Y", "C"),
+        ),
+    )
+    assert plan.device_order() == {"X": [("a",), ("b",)], "Y": [("d",), ("c",)]}
+    lib = _unit_cells("A", "B", "C", "D")
+    schedule = solve_plan(plan, method="milp", library=lib)
+    grouped_check(schedule, plan, lib)
+    by_name = {e.name: e for e in schedule.elements}
+    assert by_name["a"].end <= by_name["d"].start <= by_name["c"].start
+    assert by_name["c"].end <= by_name["b"].start
+    # a (1 s) → d (2.5 s) → c (2 s) → b (1.5 s): one long chain across both devices.
+    assert schedule.makespan == pytest.approx(7.0, rel=1e-12)

@@ -133,3 +133,67 @@ def read_plan_text(text: str) -> dict:  # type: ignore[type-arg]
     import yaml
 
     return yaml.safe_load(text)
+
+
+GROUPED = """\
+schema: eopt.plan/1
+devices:
+  - {name: g0, idle_power_w: 60}
+  - {name: g1, idle_power_w: 60}
+elements:
+  - {name: A, device: g0, type: gemm}
+  - {name: B, device: g0, type: comm, after: [A]}
+  - {name: C, device: g1, type: gemm, after: [A]}
+  - {name: D, device: g0, type: gemm, after: [C]}
+  - {name: E, device: g1, type: comm, after: [C]}
+  - {name: F, device: g1, type: gemm}
+groups:
+  - [B, D]
+"""
+GROUP_ORDER_CASES = [
+    (
+        GROUPED.replace("type: gemm, after: [C]}", "type: gemm, after: [C, B]}"),
+        r"plan.yaml: elements\[3\].after: 'D' depends on 'B', but both are in groups\[0\]",
+    ),
+    (
+        GROUPED.replace("{name: C, device: g1, type: gemm, after: [A]}",
+                        "{name: C, device: g1, type: gemm, after: [B]}"),
+        r"plan.yaml: a group waits for itself: groups\[0\] \[B, D\] → C → groups\[0\] \[B, D\]",
+    ),
+    (
+        GROUPED.replace("type: gemm, after: [C]}", "type: gemm, after: [E]}")
+        .replace("type: gemm}\ngroups", "type: gemm, after: [B]}\ngroups")
+        + "  - [E, F]\n",
+        r"a group waits for itself: .*groups\[1\] \[E, F\]",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("text", "message"), GROUP_ORDER_CASES)
+def test_groups_that_wait_for_themselves_are_refused(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    """A group co-starts: no member may wait for another, directly, through another
+    element (B → C → D) or through another group (F waits for B, D for E)."""
+    with pytest.raises(PlanError, match=message):
+        read_plan(_write(tmp_path, text))
+
+
+def test_device_order_is_topological_with_file_order_ties(tmp_path: Path) -> None:
+    plan = read_plan(_write(tmp_path, GROUPED))
+    assert plan.units() == [("A",), ("B", "D"), ("C",), ("E",), ("F",)]
+    # g1: C and F are both free of g1-ordering; F is free from the start but comes later
+    # in the file, and C becomes ready (after A) before F is picked.
+    assert plan.device_order() == {"g0": [("A",), ("B", "D")], "g1": [("C",), ("E",), ("F",)]}
+    # A file order that is not topological: X waits for Y, so Y runs first on g0 although
+    # X comes first in the file; Z, free, keeps its file place after X.
+    text = """\
+devices: [{name: g0, idle_power_w: 1}, {name: g1, idle_power_w: 1}]
+elements:
+  - {name: X, device: g0, type: t, after: [W]}
+  - {name: Z, device: g0, type: t}
+  - {name: W, device: g1, type: t, after: [Y]}
+  - {name: Y, device: g0, type: t}
+"""
+    plan = read_plan(_write(tmp_path, text, "order.yaml"))
+    assert plan.device_order() == {"g0": [("Z",), ("Y",), ("X",)], "g1": [("W",)]}
