@@ -145,7 +145,6 @@ class RegionRecorder:
         self._lock = threading.Lock()
         self._sink_path = Path(sink) if sink is not None else None
         self._sink: IO[str] | None = None
-        self._pid = os.getpid()
 
     def _stack(self) -> list[tuple[str, float]]:
         stack = getattr(self._local, "stack", None)
@@ -179,7 +178,7 @@ class RegionRecorder:
             )
         path = tuple(n for n, _ in stack)
         _, start = stack.pop()
-        window = RegionWindow(name, path, start, end, self._pid)
+        window = RegionWindow(name, path, start, end, os.getpid())  # a forked child too
         with self._lock:
             self.windows.append(window)
             if self._sink_path is not None:
@@ -279,7 +278,8 @@ def read_region_windows(path: str | os.PathLike[str]) -> list[RegionWindow]:
     p = Path(path)
     if not p.exists():
         return []
-    lines = p.read_text(encoding="utf-8").splitlines()
+    text_all = p.read_text(encoding="utf-8")
+    lines = text_all.splitlines()
     out: list[RegionWindow] = []
     for lineno, line in enumerate(lines, start=1):
         text = line.strip()
@@ -288,7 +288,7 @@ def read_region_windows(path: str | os.PathLike[str]) -> list[RegionWindow]:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            if lineno == len(lines) and not p.read_text(encoding="utf-8").endswith("\n"):
+            if lineno == len(lines) and not text_all.endswith("\n"):
                 continue  # a write cut short by a crash: the region never finished
             raise RegionError(
                 f"{p}:{lineno}: not valid JSON ({exc.msg}); expected one "
