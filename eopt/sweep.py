@@ -57,6 +57,7 @@ __all__ = [
     "SweepResult",
     "cell_key",
     "parse_kernel",
+    "parse_params",
     "parse_values",
     "sweep",
 ]
