@@ -318,14 +318,17 @@ def build_problem(plan: Plan, library: Library | None = None, prune: bool = True
     plan_tasks: dict[str, PlanTask] = {}
     task_of: dict[str, str] = {}
     cache: dict[tuple[object, ...], PlanTask] = {}
+    elements = {e.name: e for e in plan.elements}
+    devices = {d.name: d for d in plan.devices}
     for unit in plan.units():
-        device = plan.device(plan.element(unit[0]).device)
+        device = devices[elements[unit[0]].device]
         gi = group_index.get(unit)
-        types = tuple(plan.element(n).type for n in unit)
-        key = (types, device.idle_power_w, device.has_transition, gi is None)
+        # Units of the same types on alike devices share their modes (pipelines repeat).
+        key = (tuple(elements[n].type for n in unit), device.idle_power_w, device.has_transition)
+        key += (gi is None,)
         if key not in cache:
-            cache[key] = _unit_task(unit, gi, found, device.idle_power_w, device.has_transition,
-                                    prune, where)  # fmt: skip
+            by_setting = device.has_transition
+            cache[key] = _unit_task(unit, gi, found, device.idle_power_w, by_setting, prune, where)
         template = cache[key]
         name = unit[0] if gi is None else _group_task_name(unit, taken)
         taken.add(name)
