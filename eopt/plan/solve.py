@@ -187,6 +187,8 @@ def schedule_from_solution(pp: PlanProblem, sol: Any, base: Baseline | None = No
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "plan_name": pp.plan.name,
             "modes_per_type": {t: len(pp.cells[_first_of(pp, t)]) for t in pp.plan.types()},
+            # Co-running elements (one ⊕ each): their static draw counts once.
+            **({"groups": [list(g) for g in pp.plan.groups]} if pp.plan.groups else {}),
         },
     )
 

@@ -192,3 +192,23 @@ def test_every_command_help_has_an_example() -> None:
     for args in (["plan"], ["plan", "pipeline"], ["solve"], ["frontier"]):
         text = _run([*args, "--help"]).split("Options:")[0]
         assert "Example" in text and f"eopt {args[0]} " in text.split("Example", 1)[1]
+
+
+def test_solve_grouped_example_and_refused_group(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The two-GPU example solves from the command line and its schedule names its groups;
+    a group whose members depend on each other is a one-line error naming the place."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "plans" / "dag_two_gpus.yaml"
+    out = tmp_path / "s.json"
+    _run(["solve", str(example), "--method", "milp", "-o", str(out)])
+    schedule = read_schedule(out)
+    assert schedule.meta["groups"] == [["mlp0", "ar0"], ["mlp1", "ar1"]]
+    starts = {e.name: e.start for e in schedule.elements}
+    assert starts["mlp0"] == starts["ar0"] and starts["mlp1"] == starts["ar1"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        example.read_text(encoding="utf-8").replace("  - [mlp0, ar0]", "  - [ar0, head]")
+    )
+    err = _fail(["solve", str(bad)], capsys)
+    assert "bad.yaml: elements[7].after: 'head' depends on 'ar0', but both are in groups[0]" in err
