@@ -15,6 +15,7 @@ parallel groups, an optional deadline, and the signature libraries it uses::
     elements:
       - {name: "F[s0,m0]", device: stage0, type: stage0.forward}
       - {name: "F[s1,m0]", device: stage1, type: stage1.forward, after: ["F[s0,m0]"]}
+      - {name: "AR[s1,m0]", device: stage1, type: stage1.allreduce, after: ["F[s0,m0]"]}
     groups:                                # same-device elements that co-run
       - ["F[s1,m0]", "AR[s1,m0]"]
 
