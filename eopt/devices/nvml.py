@@ -55,6 +55,10 @@ _CLOCK_STEP_MHZ = 15.0  # clock tables step by 15 MHz on recent data-centre GPUs
 _CLOCK_CHECKS = 5
 _CLOCK_CHECK_INTERVAL_S = 0.02
 _NO_RIGHTS_HINT = "run with sudo (or grant CAP_SYS_ADMIN), or use --no-control to measure only"
+#: Assumed refresh period of NVML's power readings, in s: an assumption, not a documented
+#: value (NVML does not state a refresh period per board or field);
+#: ``eopt.measure.sensor_period.estimate_power_update_period`` measures it on a given GPU.
+DEFAULT_POWER_UPDATE_PERIOD_S = 0.1
 
 
 class NvmlNotSupportedError(DeviceError):
@@ -148,9 +152,14 @@ class NvmlGPU:
 
     Attributes:
         notes: Things eopt skipped or noticed (e.g. memory-clock locking unsupported).
+        power_update_period_s: How often the power reading refreshes, in s. An assumption
+            (:data:`DEFAULT_POWER_UPDATE_PERIOD_S`) until set from a measurement, e.g.
+            ``gpu.power_update_period_s = estimate_power_update_period(gpu).period_s``
+            (``eopt.measure.sensor_period``); meters poll at a fraction of it.
     """
 
     backend = STATE_BACKEND
+    power_update_period_s: float = DEFAULT_POWER_UPDATE_PERIOD_S
 
     def __init__(self, index: int, control: bool = True) -> None:
         _init()

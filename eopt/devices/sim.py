@@ -193,7 +193,13 @@ class SimulatedGPU:
         noise: Apply launch jitter and sensor noise (False gives exact, noise-free runs).
         control: Allow changing the operating point (False: measure-only).
         record_trace: Keep the exact power trace (see :meth:`power_trace`).
+
+    Attributes:
+        power_update_period_s: How often the power sensor refreshes, in s (the meter polls
+            it faster and integrates its refreshes).
     """
+
+    power_update_period_s: float = SENSOR_PERIOD_S
 
     def __init__(
         self,

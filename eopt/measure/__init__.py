@@ -11,7 +11,9 @@ program stays cheap (no NumPy or SciPy import)::
 The rest: :class:`~eopt.measure.meter.Meter` (energy counter or power sampler),
 :func:`~eopt.measure.repeat.measure_signature` (one (κ, ω) cell → ``Signature``),
 :func:`~eopt.measure.command.measure_command` (``eopt measure -- CMD``) and
-:mod:`~eopt.measure.stats` (bootstrap, drift, state changes).
+:mod:`~eopt.measure.stats` (bootstrap, drift, state changes) and
+:func:`~eopt.measure.sensor_period.estimate_power_update_period` (how often a power
+reading refreshes).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ _LAZY = {
     "measure_static_power": "eopt.measure.repeat",
     "run_repeats": "eopt.measure.repeat",
     "signature_from_runs": "eopt.measure.repeat",
+    "RegionEvent": "eopt.measure.regions",
     "RegionRecorder": "eopt.measure.regions",
     "RegionReport": "eopt.measure.regions",
     "attribute_regions": "eopt.measure.regions",
@@ -37,6 +40,8 @@ _LAZY = {
     "MeasureError": "eopt.measure.command",
     "measure_command": "eopt.measure.command",
     "measure_regions": "eopt.measure.command",
+    "UpdatePeriodEstimate": "eopt.measure.sensor_period",
+    "estimate_power_update_period": "eopt.measure.sensor_period",
     "bootstrap_ci": "eopt.measure.stats",
     "summarize": "eopt.measure.stats",
 }

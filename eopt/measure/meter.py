@@ -6,18 +6,20 @@ any window with :meth:`Meter.energy`. The counter path reads the counter at ever
 also polls it on a timer, so windows recorded by another process (whose edges this process
 never saw) can still be charged. The sampler path polls the power sensor on the clock's
 schedule, never on the kernels' (the note in ``reference/kokkos-energy-note.txt`` explains
-why), and integrates the trace with the trapezoidal rule.
+why), and integrates the trace with the trapezoidal rule. The counter path also reads the
+power sensor once a sensor period, so a run's power trace can be shown (never integrated).
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 import statistics
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal
 
-from eopt.devices.base import Device, Timer
+from eopt.devices.base import Device, DeviceError, Timer
 from eopt.measure.trace import CounterTrace, SensorTrace
 
 __all__ = [
@@ -154,6 +156,12 @@ class Meter:
         self.power_trace: SensorTrace | None = None
         self.counter_trace = CounterTrace()
         self.field: str = "energy_counter" if self.method == "counter" else "unknown"
+        # Counter path: power readings for display, one a sensor period (a faster poll
+        # would only repeat the held reading). Times on the device's clock.
+        self._display_power: list[tuple[float, float]] = []
+        self._display_field: str | None = None
+        self._display_error: str | None = None
+        self._last_display_poll = -math.inf
         self._timer: Timer | None = None
 
     # lifecycle ---------------------------------------------------------------------------
@@ -190,6 +198,9 @@ class Meter:
     def _poll(self, now: float) -> None:
         if self.method == "counter":
             self._read_counter()
+            if now - self._last_display_poll >= self.sensor_period_s * (1 - 1e-6):
+                self._last_display_poll = now
+                self._read_display_power()
         else:
             reading = self.device.power()
             if self.power_trace is None:
@@ -199,6 +210,19 @@ class Meter:
             t = reading.time_s - self.averaging_s / 2
             self.power_trace.append(t, reading.power_w, reading.field)
             self.field = reading.field
+
+    def _read_display_power(self) -> None:
+        """Counter path: one power reading for the run's trace (not used for energy)."""
+        if self._display_error is not None:
+            return  # the sensor failed once; the energy counter still works
+        try:
+            reading = self.device.power()
+        except DeviceError as exc:
+            self._display_error = str(exc)
+            return
+        _, averaging = _field_model(reading.field)
+        self._display_field = reading.field
+        self._display_power.append((reading.time_s - averaging / 2, reading.power_w))
 
     def _read_counter(self) -> float:
         """Read the counter; returns the instant it refers to (the middle of the read)."""
@@ -315,22 +339,48 @@ class Meter:
             got.energy_j, duration, "sampler", self.field, error, got.n_samples, short
         )
 
-    def power_samples(self, start_s: float, end_s: float) -> list[tuple[float, float]]:
-        """(time s, power W) points of the trace within ``[start_s, end_s]``: the sensor's
-        refreshes, or the mean power between consecutive counter readings."""
+    def power_samples(
+        self, start_s: float, end_s: float, *, edges: bool = False
+    ) -> list[tuple[float, float]]:
+        """(time s, power W) points of the power trace within ``[start_s, end_s]``.
+
+        Sampler path: the sensor's refreshes. Counter path: the power sensor read once a
+        sensor period (for display; the energy comes from the counter), or, for a device
+        whose sensor did not answer, the mean power between consecutive counter readings.
+
+        Args:
+            start_s: Start of the span, on the device's clock, in s.
+            end_s: End of the span, in s.
+            edges: Also give the power in force at ``start_s`` and at ``end_s`` as points
+                at those instants, so a plot of the span starts and ends at its edges.
+        """
+        points = self._all_power_points()
+        inside = [(t, p) for t, p in points if start_s <= t <= end_s]
+        if not edges or not points:
+            return inside
+        times = [t for t, _ in points]
+        first = points[max(bisect.bisect_right(times, start_s) - 1, 0)][1]
+        last = points[max(bisect.bisect_right(times, end_s) - 1, 0)][1]
+        if not inside or inside[0][0] > start_s:
+            inside.insert(0, (start_s, first))
+        if inside[-1][0] < end_s:
+            inside.append((end_s, last))
+        return inside
+
+    def _all_power_points(self) -> list[tuple[float, float]]:
         if self.method == "sampler":
             if self.power_trace is None:
                 return []
             us, rs = self.power_trace.refreshes()
-            return [(u, r) for u, r in zip(us, rs, strict=True) if start_s <= u <= end_s]
+            return list(zip(us, rs, strict=True))
+        if self._display_power:
+            return list(self._display_power)
         ts, es = self.counter_trace.readings()
-        out = []
-        for k in range(len(ts) - 1):
-            t0, e0, t1, e1 = ts[k], es[k], ts[k + 1], es[k + 1]
-            mid = 0.5 * (t0 + t1)
-            if start_s <= mid <= end_s and t1 > t0:
-                out.append((mid, (e1 - e0) / (t1 - t0)))
-        return out
+        return [
+            (0.5 * (ts[k] + ts[k + 1]), (es[k + 1] - es[k]) / (ts[k + 1] - ts[k]))
+            for k in range(len(ts) - 1)
+            if ts[k + 1] > ts[k]
+        ]
 
     def _max_power_w(self) -> float:
         """The most the board can draw (its highest settable power limit), in W."""
@@ -351,4 +401,7 @@ class Meter:
             "poll_period_s": self.period_s,
             "sensor_period_s": self.sensor_period_s,
             "averaging_s": self.averaging_s,
+            # What the run's power trace shows (the counter path reads it for display only).
+            "trace_field": self.field if self.method == "sampler" else self._display_field,
+            **({"trace_error": self._display_error} if self._display_error else {}),
         }

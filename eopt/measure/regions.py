@@ -41,6 +41,7 @@ from eopt.devices.base import Clock, WallClock
 __all__ = [
     "REGIONS_FILE_ENV",
     "RegionError",
+    "RegionEvent",
     "RegionRecorder",
     "RegionReport",
     "RegionStats",
@@ -365,6 +366,44 @@ class RegionStats:
 
 
 @dataclass(frozen=True)
+class RegionEvent:
+    """One region call placed on the measured span's time axis (for traces and reports).
+
+    Attributes:
+        name: The region's name.
+        path: The region path (``outer/inner``).
+        depth: Nesting depth.
+        pid: The process that recorded it.
+        start_s: Start, in s from the span's start (clipped to the span).
+        end_s: End, in s from the span's start.
+        energy_j: Energy of this call, in J.
+        error_j: Its integration-error estimate, in J.
+    """
+
+    name: str
+    path: str
+    depth: int
+    pid: int
+    start_s: float
+    end_s: float
+    energy_j: float
+    error_j: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready mapping (what ``eopt report --trace`` turns into a slice)."""
+        return {
+            "name": self.name,
+            "path": self.path,
+            "depth": self.depth,
+            "pid": self.pid,
+            "start_s": self.start_s,
+            "end_s": self.end_s,
+            "energy_j": self.energy_j,
+            "error_j": self.error_j,
+        }
+
+
+@dataclass(frozen=True)
 class RegionReport:
     """Per-region energy of a measured span, and what fell outside every region.
 
@@ -375,7 +414,10 @@ class RegionReport:
         outside_energy_j: Energy of the span outside every region, in J.
         outside_time_s: Time outside every region, in s.
         meter: The meter's description (method, power field …).
-        samples: (time s from the span's start, power W) points of the meter's trace.
+        samples: (time s from the span's start, power W) points of the meter's power
+            trace; the first is at 0 (the power in force when the span opened) and the
+            last at ``total_time_s``.
+        events: Every region call in time order (outer before inner at equal starts).
     """
 
     regions: tuple[RegionStats, ...]
@@ -385,9 +427,12 @@ class RegionReport:
     outside_time_s: float
     meter: dict[str, Any]
     samples: tuple[tuple[float, float], ...] = ()
+    events: tuple[RegionEvent, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready mapping."""
+        """JSON-ready mapping: totals, ``regions`` (per-region sums), ``samples``
+        (``{"time_s": [...], "power_w": [...]}``, times from the span's start) and
+        ``events`` (one object per region call, see :class:`RegionEvent`)."""
         return {
             "schema": "eopt.regions-report/1",
             "total_energy_j": self.total_energy_j,
@@ -400,7 +445,14 @@ class RegionReport:
             ),
             "meter": dict(self.meter),
             "regions": [r.to_dict() for r in self.regions],
-            "samples": [list(p) for p in self.samples],
+            # Microsecond times and milliwatt powers: what the sensors resolve, and a
+            # long run's trace stays a small file.
+            "samples": {
+                "time_s": [round(t, 6) for t, _ in self.samples],
+                "power_w": [round(p, 3) for _, p in self.samples],
+                "field": self.meter.get("trace_field") or self.meter.get("power_field"),
+            },
+            "events": [e.to_dict() for e in self.events],
         }
 
 
@@ -443,6 +495,7 @@ def attribute_regions(
         groups.setdefault(w.key, []).append(RegionWindow(w.name, w.path, a, b, w.pid))
         clipped.append((a, b))
     stats = []
+    events = []
     # Outer regions before the regions nested in them: by first start, then depth.
     order = sorted(groups.items(), key=lambda kv: (min(c.start_s for c in kv[1]), kv[1][0].depth))
     for key, calls in order:
@@ -460,9 +513,25 @@ def attribute_regions(
                 share=energy / total.energy_j if total.energy_j > 0 else 0.0,
             )
         )
+        events.extend(
+            RegionEvent(
+                name=c.name,
+                path=key,
+                depth=c.depth,
+                pid=c.pid,
+                start_s=c.start_s - start_s,
+                end_s=c.end_s - start_s,
+                energy_j=e.energy_j,
+                error_j=e.error_j,
+            )
+            for c, e in zip(calls, energies, strict=True)
+        )
+    # Outer before inner at equal starts, so trace viewers nest the slices.
+    events.sort(key=lambda e: (e.start_s, e.depth))
     union = _union(clipped)
     inside_energy = sum(meter.energy(a, b).energy_j for a, b in union)
     inside_time = sum(b - a for a, b in union)
+    samples = meter.power_samples(start_s, end_s, edges=True)
     return RegionReport(
         regions=tuple(stats),
         total_energy_j=total.energy_j,
@@ -470,5 +539,6 @@ def attribute_regions(
         outside_energy_j=max(0.0, total.energy_j - inside_energy),
         outside_time_s=max(0.0, total.duration_s - inside_time),
         meter=meter.describe(),
-        samples=tuple((t - start_s, p) for t, p in meter.power_samples(start_s, end_s)),
+        samples=tuple((t - start_s, p) for t, p in samples),
+        events=tuple(events),
     )
