@@ -147,10 +147,25 @@ class Schedule:
         keys = [e.op_point.device_key for e in self.elements_on(device)]
         return sum(1 for a, b in itertools.pairwise(keys) if a != b)
 
+    def clusters(self, device: str) -> list[list[ScheduledElement]]:
+        """Elements on ``device`` grouped into runs of overlapping intervals (⊕ clusters)."""
+        out: list[list[ScheduledElement]] = []
+        end = -math.inf
+        for e in self.elements_on(device):
+            # Touching intervals (end == start) run one after the other, not together.
+            if out and e.start < end - 1e-12 * max(1.0, abs(end)):
+                out[-1].append(e)
+                end = max(end, e.end)
+            else:
+                out.append([e])
+                end = e.end
+        return out
+
     def busy_time(self, device: str) -> float:
-        """Summed element durations on ``device`` plus its setting-change times, in s."""
+        """Time ``device`` is busy: the union of its element intervals plus its
+        setting-change times, in s."""
         info = self.device(device)
-        work = sum(e.duration for e in self.elements if e.device == device)
+        work = sum(max(e.end for e in c) - min(e.start for e in c) for c in self.clusters(device))
         return work + self.transitions(device) * info.transition_time_s
 
     def idle_energy(self) -> float:
@@ -164,8 +179,26 @@ class Schedule:
         return sum(self.transitions(d.name) * d.transition_energy_j for d in self.devices)
 
     def element_energy(self) -> float:
-        """Σ of element energies, in J."""
-        return sum(e.energy for e in self.elements)
+        """Energy of the elements as they run, in J.
+
+        Elements that overlap on one device share its static power (⊕): a cluster costs
+        s·span + Σd. Elements without a known dynamic part count their whole energy.
+        """
+        total = 0.0
+        for d in self.devices:
+            for cluster in self.clusters(d.name):
+                split = [e for e in cluster if e.dynamic_energy is not None]
+                total += sum(e.energy for e in cluster if e.dynamic_energy is None)
+                if not split:
+                    continue
+                if len(split) == 1:
+                    total += split[0].energy
+                    continue
+                longest = max(split, key=lambda e: e.duration)
+                static_w = (longest.energy - (longest.dynamic_energy or 0.0)) / longest.duration
+                span = max(e.end for e in split) - min(e.start for e in split)
+                total += static_w * span + sum(e.dynamic_energy or 0.0 for e in split)
+        return total
 
     def device_settings(self) -> dict[str, list[OperatingPoint]]:
         """Distinct device-wide operating points per device, in order of first use."""

@@ -78,13 +78,14 @@ class Baseline:
 def energy_breakdown(schedule: Schedule) -> EnergyBreakdown:
     """Split the schedule's predicted energy into dynamic, static-while-busy and idle."""
     dynamic: dict[str, float] = {}
-    static_busy = unsplit = 0.0
+    unsplit = 0.0
     for e in schedule.elements:
         if e.dynamic_energy is None:
             unsplit += e.energy
             continue
         dynamic[e.type] = dynamic.get(e.type, 0.0) + e.dynamic_energy
-        static_busy += e.energy - e.dynamic_energy
+    # Overlapping elements on one device draw static power once (the schedule knows how).
+    static_busy = schedule.element_energy() - unsplit - sum(dynamic.values())
     idle = schedule.idle_energy()
     transitions_j = schedule.transition_energy()
     total = sum(dynamic.values()) + static_busy + unsplit + idle + transitions_j

@@ -171,7 +171,7 @@ def test_overlapping_groups_priced_like_the_calculus(tmp_path: Path, method: str
             assert len(set(durations)) == 2  # the overlap is partial
             overcount += (IDLE_W - 80.0) * min(durations)
         # Members priced as separate tasks: Σ E_i + Σ_dev s̄·(H − Σ T_i on dev).
-        separate = schedule.element_energy() + sum(
+        separate = sum(e.energy for e in schedule.elements) + sum(
             80.0 * (schedule.makespan - sum(e.duration for e in schedule.elements_on(d.name)))
             for d in plan.devices
         )
