@@ -5,12 +5,13 @@ from __future__ import annotations
 import collections
 import heapq
 import itertools
+import time
 from collections.abc import Callable
 
 import numpy as np
 import pytest
 
-from eopt.devices.base import PowerReading
+from eopt.devices.base import PowerReading, WallClock
 from eopt.devices.operating_point import OperatingPoint
 
 
@@ -177,3 +178,38 @@ class FakeGPU:
 def fake_gpu() -> Callable[..., FakeGPU]:
     """Factory: ``fake_gpu(idle_w=60, sensor="average", counter=True, ...)``."""
     return FakeGPU
+
+
+class WallFake:
+    """A GPU on the wall clock drawing a constant power, with an exact energy counter
+    (what ``eopt measure -- CMD`` needs: real commands are refused on virtual time)."""
+
+    index = 0
+    name = "wall0"
+    model = "Wall Fake"
+
+    def __init__(self, power_w: float = 150.0) -> None:
+        self.clock = WallClock()
+        self.power_w = power_w
+        self.t0 = time.perf_counter()
+
+    def energy_counter_j(self) -> float:
+        return self.power_w * (time.perf_counter() - self.t0)
+
+    def power(self) -> PowerReading:
+        return PowerReading(time.perf_counter(), self.power_w, "instant")
+
+    def synchronize(self) -> None:
+        pass
+
+    def current_operating_point(self) -> OperatingPoint:
+        return OperatingPoint()
+
+    def power_limit_range_w(self) -> tuple[float, float]:
+        return (100.0, 400.0)
+
+
+@pytest.fixture
+def wall_gpu() -> Callable[..., WallFake]:
+    """Factory: ``wall_gpu(power_w=150.0)``, a constant-power GPU on the wall clock."""
+    return WallFake

@@ -10,8 +10,6 @@ import time
 
 import pytest
 
-from eopt.devices.base import PowerReading, WallClock
-from eopt.devices.operating_point import OperatingPoint
 from eopt.measure import regions
 from eopt.measure.command import MeasureError, measure_command
 from eopt.measure.meter import Meter
@@ -105,35 +103,7 @@ def test_regions_file_round_trip_and_bad_lines(tmp_path):
     assert read_region_windows(tmp_path / "missing.jsonl") == []
 
 
-class WallFake:
-    """A GPU on the wall clock drawing a constant power, with an exact energy counter."""
-
-    index = 0
-    name = "wall0"
-    model = "Wall Fake"
-
-    def __init__(self, power_w: float = 150.0) -> None:
-        self.clock = WallClock()
-        self.power_w = power_w
-        self.t0 = time.perf_counter()
-
-    def energy_counter_j(self) -> float:
-        return self.power_w * (time.perf_counter() - self.t0)
-
-    def power(self) -> PowerReading:
-        return PowerReading(time.perf_counter(), self.power_w, "instant")
-
-    def synchronize(self) -> None:
-        pass
-
-    def current_operating_point(self) -> OperatingPoint:
-        return OperatingPoint()
-
-    def power_limit_range_w(self) -> tuple[float, float]:
-        return (100.0, 400.0)
-
-
-def test_measure_command_attributes_child_regions(tmp_path):
+def test_measure_command_attributes_child_regions(tmp_path, wall_gpu):
     script = tmp_path / "child.py"
     script.write_text(
         textwrap.dedent(
@@ -150,7 +120,7 @@ def test_measure_command_attributes_child_regions(tmp_path):
             """
         )
     )
-    gpu = WallFake(150.0)
+    gpu = wall_gpu(150.0)
     result = measure_command([sys.executable, str(script)], gpu)
     assert result.returncode == 0
     by_key = {r.key: r for r in result.report.regions}
@@ -171,8 +141,8 @@ def test_measure_command_attributes_child_regions(tmp_path):
     json.dumps(data)
 
 
-def test_measure_command_reports_the_exit_status_and_bad_commands():
-    gpu = WallFake()
+def test_measure_command_reports_the_exit_status_and_bad_commands(wall_gpu):
+    gpu = wall_gpu()
     assert measure_command([sys.executable, "-c", "raise SystemExit(3)"], gpu).returncode == 3
     with pytest.raises(MeasureError, match="command not found"):
         measure_command(["/nonexistent/eopt-test-cmd"], gpu)

@@ -1,0 +1,556 @@
+"""Read-only probe of an NVIDIA GPU's sensors, for machines where settings must not change.
+
+Opens the GPU through eopt's NVML device with ``control=False`` and, before that, replaces
+every NVML function that could change a setting with one that refuses and records the
+call; the probe fails if any was called. It reports:
+
+- identity: name, UUID, driver, NVML and CUDA driver versions;
+- supported SM / memory clocks (count, min, max), power-limit range, default and current
+  limit, current clocks, temperature;
+- which power fields exist (``instant``, ``average_1s``, ``usage``) and the energy counter;
+- how often each power field and the energy counter refresh, polled every 1 ms for 2 s
+  (1 s for the counter) idle and under load
+  (:func:`eopt.measure.sensor_period.estimate_power_update_period`);
+- the energy of a ~5 s matmul loop (PyTorch bf16, else CuPy fp16) from the energy counter
+  and from each power field sampled and integrated by :class:`eopt.measure.meter.Meter`
+  over the same window, three times;
+- the same comparison on short regions (10 ms, 100 ms, 1 s): how far sampling is off, and
+  whether the meter's own error estimate covers it.
+
+Needs only what a GPU box usually has (nvidia-ml-py, NumPy, PyTorch or CuPy): eopt is
+imported from this checkout, and only its device and measurement modules are loaded.
+Takes about a minute. Writes ``$OUT/probe.json`` when ``OUT`` is set, else
+``./probe.json`` (or ``--out``).
+
+Usage::
+
+    python benchmarks/gpu_readonly_probe.py              # GPU 0
+    python benchmarks/gpu_readonly_probe.py --gpu 1
+    python benchmarks/gpu_readonly_probe.py --sim        # same logic, simulated H200
+
+``--sim`` runs every step against eopt's simulated H200 on virtual time (the matmul loop
+becomes simulated GEMMs), so the script can be checked on a machine without a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import os
+import platform
+import re
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+REPO_DIR = Path(__file__).resolve().parent.parent
+if str(REPO_DIR) not in sys.path:
+    sys.path.insert(0, str(REPO_DIR))  # run from a checkout without installing eopt
+
+from eopt.devices.base import PowerReading  # noqa: E402
+from eopt.devices.operating_point import OperatingPoint  # noqa: E402
+from eopt.measure.meter import Meter, WindowEnergy  # noqa: E402
+from eopt.measure.sensor_period import estimate_power_update_period  # noqa: E402
+
+SCHEMA = "eopt.gpu-probe/1"
+PERIOD_POLL_S = 0.001
+PERIOD_DURATION_S = 2.0
+COUNTER_PERIOD_DURATION_S = 1.0
+WINDOW_S = 5.0
+WINDOW_REPEATS = 3
+SHORT_REGIONS_S = (0.01, 0.1, 1.0)
+SHORT_REPEATS = 5
+GAP_S = 0.3  # idle time before and between measured windows
+
+# NVML calls that change state: setters, resets, clears, creations and the like.
+_CHANGING = re.compile(
+    r"^nvml\w*?(Set|Reset|Clear|Create|Destroy|Modify|Freeze|Register|Enable|Disable|Remove)"
+    r"(?![a-z])"
+)
+
+
+class SetterCalledError(AssertionError):
+    """The probe reached a function that changes GPU settings (it must never do that)."""
+
+
+class SetterGuard:
+    """Replaces state-changing functions with ones that refuse, and records any attempt."""
+
+    def __init__(self) -> None:
+        self.guarded: list[str] = []
+        self.calls: list[str] = []
+
+    def wrap(self, owner: Any, names: Sequence[str], label: str) -> None:
+        """Replace ``owner.<name>`` for each name with a refusing stand-in."""
+        for name in names:
+            if not callable(getattr(owner, name, None)):
+                continue
+            qualified = f"{label}.{name}"
+
+            def refuse(*args: Any, _name: str = qualified, **kwargs: Any) -> Any:
+                self.calls.append(_name)
+                raise SetterCalledError(
+                    f"{_name} was called; this probe must never change a setting"
+                )
+
+            setattr(owner, name, refuse)
+            self.guarded.append(qualified)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"guarded": len(self.guarded), "calls": list(self.calls)}
+
+
+def guard_nvml(guard: SetterGuard) -> Any:
+    """Guard every state-changing function of the ``pynvml`` module eopt uses."""
+    import pynvml
+
+    names = [n for n in dir(pynvml) if _CHANGING.match(n) and callable(getattr(pynvml, n))]
+    guard.wrap(pynvml, names, "pynvml")
+    return pynvml
+
+
+# --------------------------------------------------------------------------------------
+# Work that keeps the GPU busy
+# --------------------------------------------------------------------------------------
+class Load:
+    """Queues matrix multiplications for about a given time, without waiting for them."""
+
+    library = "none"
+    dtype = "none"
+
+    def __init__(self) -> None:
+        self.op_time_s: dict[str, float] = {}
+
+    def _launch(self, kind: str) -> None:
+        raise NotImplementedError
+
+    def sync(self) -> None:
+        raise NotImplementedError
+
+    def _time(self, kind: str, count: int) -> float:
+        self._launch(kind)
+        self.sync()
+        start = time.perf_counter()
+        for _ in range(count):
+            self._launch(kind)
+        self.sync()
+        return (time.perf_counter() - start) / count
+
+    def calibrate(self) -> None:
+        """Time one multiplication of each size."""
+        self.op_time_s = {"small": self._time("small", 50), "big": self._time("big", 10)}
+
+    def enqueue(self, duration_s: float) -> int:
+        """Queue about ``duration_s`` of work; returns the number of operations queued.
+
+        Long loads use big operations so the launch queue (about a thousand entries)
+        never fills and the caller stays free to poll sensors meanwhile.
+        """
+        kind = "big" if duration_s >= 0.5 else "small"
+        count = max(1, round(duration_s / self.op_time_s[kind]))
+        for _ in range(count):
+            self._launch(kind)
+        return count
+
+    def describe(self) -> dict[str, Any]:
+        return {"library": self.library, "dtype": self.dtype, "op_time_s": self.op_time_s}
+
+
+class TorchLoad(Load):
+    library = "torch"
+    dtype = "bfloat16"
+    SIZES: ClassVar[dict[str, int]] = {"small": 4096, "big": 16384}
+
+    def __init__(self, index: int) -> None:
+        super().__init__()
+        import torch
+
+        self.torch = torch
+        self.device = torch.device(f"cuda:{index}")
+        self.mats = {}
+        for kind, n in self.SIZES.items():
+            a = torch.randn(n, n, device=self.device, dtype=torch.bfloat16)
+            b = torch.randn(n, n, device=self.device, dtype=torch.bfloat16)
+            self.mats[kind] = (a, b, torch.empty_like(a))
+
+    def _launch(self, kind: str) -> None:
+        a, b, c = self.mats[kind]
+        self.torch.matmul(a, b, out=c)
+
+    def sync(self) -> None:
+        self.torch.cuda.synchronize(self.device)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "sizes": self.SIZES, "version": self.torch.__version__}
+
+
+class CupyLoad(Load):
+    library = "cupy"
+    dtype = "float16"  # CuPy has no bfloat16
+    SIZES: ClassVar[dict[str, int]] = {"small": 4096, "big": 16384}
+
+    def __init__(self, index: int) -> None:
+        super().__init__()
+        import cupy
+
+        self.cp = cupy
+        self.dev = cupy.cuda.Device(index)
+        self.dev.use()
+        self.mats = {}
+        for kind, n in self.SIZES.items():
+            a = cupy.random.standard_normal((n, n), dtype=cupy.float32).astype(cupy.float16)
+            b = cupy.random.standard_normal((n, n), dtype=cupy.float32).astype(cupy.float16)
+            self.mats[kind] = (a, b, cupy.empty_like(a))
+
+    def _launch(self, kind: str) -> None:
+        a, b, c = self.mats[kind]
+        self.cp.matmul(a, b, out=c)
+
+    def sync(self) -> None:
+        self.dev.synchronize()
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "sizes": self.SIZES, "version": self.cp.__version__}
+
+
+class SimLoad(Load):
+    """Simulated GEMMs on the simulated GPU (virtual time)."""
+
+    library = "eopt-sim"
+    dtype = "bf16 (simulated cublas gemm)"
+    WORKLOADS: ClassVar[dict[str, dict[str, int]]] = {
+        "small": {"m": 4096, "n": 4096, "k": 4096},
+        "big": {"m": 16384, "n": 16384, "k": 16384},
+    }
+
+    def __init__(self, gpu: Any) -> None:
+        super().__init__()
+        self.gpu = gpu
+
+    def _launch(self, kind: str) -> None:
+        self.gpu.enqueue("gemm", "cublas", self.WORKLOADS[kind])
+
+    def sync(self) -> None:
+        self.gpu.synchronize()
+
+    def calibrate(self) -> None:
+        # Virtual time: one launch gives the exact duration.
+        self.op_time_s = {
+            k: self.gpu.launch("gemm", "cublas", w) for k, w in self.WORKLOADS.items()
+        }
+
+
+def open_load(index: int) -> Load:
+    """PyTorch if importable, else CuPy."""
+    try:
+        return TorchLoad(index)
+    except ImportError:
+        pass
+    try:
+        return CupyLoad(index)
+    except ImportError:
+        raise SystemExit("neither torch nor cupy is importable: no way to load the GPU") from None
+
+
+# --------------------------------------------------------------------------------------
+# Device facts
+# --------------------------------------------------------------------------------------
+def _try(fn: Callable[[], Any]) -> Any:
+    """A read that may be unsupported: its value, or ``{"error": …}``."""
+    try:
+        return fn()
+    except SetterCalledError:
+        raise
+    except Exception as exc:  # an unsupported query must not end the probe
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def _text(value: Any) -> Any:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _clock_summary(clocks: Sequence[float]) -> dict[str, Any]:
+    values = list(clocks)
+    return {
+        "count": len(values),
+        "min_mhz": min(values) if values else None,
+        "max_mhz": max(values) if values else None,
+    }
+
+
+def device_facts(gpu: Any, pynvml: Any | None) -> dict[str, Any]:
+    """Identity, clock tables, limits, current clocks, temperature, power fields."""
+    facts: dict[str, Any] = {
+        "index": gpu.index,
+        "name": gpu.name,
+        "model": gpu.model,
+        "sm_clocks": _try(lambda: _clock_summary(gpu.supported_sm_clocks_mhz())),
+        "mem_clocks": _try(lambda: _clock_summary(gpu.supported_mem_clocks_mhz())),
+        "power_limit_range_w": _try(lambda: list(gpu.power_limit_range_w())),
+        "default_power_limit_w": _try(gpu.default_power_limit_w),
+        "current_power_limit_w": _try(lambda: gpu.current_operating_point().power_limit_w),
+        "energy_counter": _try(lambda: gpu.energy_counter_j() is not None),
+        "power_fields": _try(lambda: {k: r.power_w for k, r in gpu.power_fields().items()}),
+        "assumed_power_update_period_s": gpu.power_update_period_s,
+    }
+    if pynvml is not None:
+        h = pynvml.nvmlDeviceGetHandleByIndex(gpu.index)
+        facts.update(
+            uuid=_try(lambda: _text(pynvml.nvmlDeviceGetUUID(h))),
+            driver=_try(lambda: _text(pynvml.nvmlSystemGetDriverVersion())),
+            nvml_version=_try(lambda: _text(pynvml.nvmlSystemGetNVMLVersion())),
+            cuda_driver_version=_try(pynvml.nvmlSystemGetCudaDriverVersion),
+            current_sm_clock_mhz=_try(
+                lambda: pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)
+            ),
+            current_mem_clock_mhz=_try(
+                lambda: pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM)
+            ),
+            temperature_c=_try(
+                lambda: pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)
+            ),
+        )
+    else:
+        facts.update(
+            uuid=None,
+            driver="eopt simulator",
+            current_sm_clock_mhz=gpu.current_operating_point().sm_clock_mhz
+            or gpu.profile.max_sm_clock_mhz,
+            current_mem_clock_mhz=gpu.supported_mem_clocks_mhz()[0],
+            temperature_c=gpu.temperature_c,
+        )
+    return facts
+
+
+# --------------------------------------------------------------------------------------
+# Measurements
+# --------------------------------------------------------------------------------------
+def update_periods(gpu: Any, load: Load, fields: Sequence[str]) -> list[dict[str, Any]]:
+    """Each power field's and the counter's refresh period, idle and under load."""
+    out = []
+    for state in ("idle", "load"):
+        for field in [*fields, "energy_counter"]:
+            duration = COUNTER_PERIOD_DURATION_S if field == "energy_counter" else PERIOD_DURATION_S
+            if state == "load":
+                load.enqueue(duration + 0.2)  # busy from before the first poll to the last
+                gpu.clock.sleep(0.1)
+            if field == "energy_counter":
+                found = estimate_power_update_period(
+                    gpu,
+                    read=gpu.energy_counter_j,
+                    label=field,
+                    poll_s=PERIOD_POLL_S,
+                    duration_s=duration,
+                )
+            else:
+                found = estimate_power_update_period(
+                    gpu, field=field, poll_s=PERIOD_POLL_S, duration_s=duration
+                )
+            if state == "load":
+                load.sync()
+            gpu.clock.sleep(GAP_S)
+            out.append({"state": state, **found.to_dict()})
+    return out
+
+
+class FieldView:
+    """The device seen through one power field (so a sampler meter can read any field)."""
+
+    def __init__(self, gpu: Any, field: str) -> None:
+        self.gpu = gpu
+        self.field = field
+        self.index, self.name, self.model, self.clock = gpu.index, gpu.name, gpu.model, gpu.clock
+        self.power_update_period_s = gpu.power_update_period_s
+
+    def power(self) -> PowerReading:
+        return self.gpu.power_fields()[self.field]
+
+    def energy_counter_j(self) -> None:
+        return None
+
+    def power_limit_range_w(self) -> tuple[float, float]:
+        return self.gpu.power_limit_range_w()
+
+
+@contextlib.contextmanager
+def meters(gpu: Any, fields: Sequence[str]) -> Iterator[dict[str, Meter]]:
+    """The counter meter (``energy_counter``) and one sampler meter per power field."""
+    opened = {"energy_counter": Meter(gpu, method="counter")}
+    opened.update({f: Meter(FieldView(gpu, f), method="sampler") for f in fields})
+    with contextlib.ExitStack() as stack:
+        for meter in opened.values():
+            stack.enter_context(meter)
+        yield opened
+
+
+def _compare(
+    ref: WindowEnergy, got: dict[str, WindowEnergy]
+) -> dict[str, dict[str, float | bool | int]]:
+    out: dict[str, dict[str, float | bool | int]] = {}
+    for field, w in got.items():
+        diff = w.energy_j - ref.energy_j
+        out[field] = {
+            "energy_j": w.energy_j,
+            "diff_j": diff,
+            "rel_diff": diff / ref.energy_j if ref.energy_j > 0 else float("nan"),
+            "error_estimate_j": w.error_j,
+            "covered": abs(diff) <= w.error_j,
+            "samples_inside": w.n_samples,
+            "short": w.short,
+        }
+    return out
+
+
+def measure_windows(
+    gpu: Any, load: Load, fields: Sequence[str], durations: Sequence[float], repeats: int
+) -> list[dict[str, Any]]:
+    """Counter vs sampled energy of GPU work lasting each duration, ``repeats`` times."""
+    rows = []
+    with meters(gpu, fields) as ms:
+        gpu.clock.sleep(GAP_S)
+        for duration in durations:
+            for repeat in range(repeats):
+                starts = {k: m.mark() for k, m in ms.items()}
+                ops = load.enqueue(duration)
+                load.sync()
+                ends = {k: m.mark() for k, m in ms.items()}
+                gpu.clock.sleep(GAP_S)
+                energies = {k: m.energy(starts[k], ends[k]) for k, m in ms.items()}
+                ref = energies.pop("energy_counter")
+                rows.append(
+                    {
+                        "target_s": duration,
+                        "repeat": repeat,
+                        "ops": ops,
+                        "duration_s": ref.duration_s,
+                        "counter_j": ref.energy_j,
+                        "mean_power_w": ref.mean_power_w,
+                        "sampled": _compare(ref, energies),
+                    }
+                )
+    return rows
+
+
+def summarize_regions(rows: list[dict[str, Any]], fields: Sequence[str]) -> list[dict[str, Any]]:
+    """Per target length and field: typical and worst relative error, estimate coverage."""
+    out = []
+    for target in sorted({r["target_s"] for r in rows}):
+        group = [r for r in rows if r["target_s"] == target]
+        for field in fields:
+            errs = [abs(r["sampled"][field]["rel_diff"]) for r in group]
+            out.append(
+                {
+                    "target_s": target,
+                    "field": field,
+                    "median_abs_rel_err": statistics.median(errs),
+                    "max_abs_rel_err": max(errs),
+                    "covered_by_estimate": sum(r["sampled"][field]["covered"] for r in group),
+                    "n": len(group),
+                }
+            )
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Driver
+# --------------------------------------------------------------------------------------
+def open_gpu(sim: bool, index: int, guard: SetterGuard) -> tuple[Any, Any, Load]:
+    """The guarded, measure-only device, the pynvml module (None on the sim) and a load."""
+    if sim:
+        from eopt.devices.sim import SimulatedGPU
+
+        gpu = SimulatedGPU("H200-SXM-141GB", index=index, seed=0, control=False)
+        load: Load = SimLoad(gpu)
+        pynvml = None
+    else:
+        pynvml = guard_nvml(guard)
+        from eopt.devices.nvml import NvmlGPU
+
+        gpu = NvmlGPU(index, control=False)
+        load = open_load(index)
+    guard.wrap(gpu, ["set_operating_point", "restore", "restore_from_state"], gpu.name)
+    return gpu, pynvml, load
+
+
+def run_probe(sim: bool, index: int) -> dict[str, Any]:
+    """Run every step; returns the JSON-ready result."""
+    started = time.perf_counter()
+    guard = SetterGuard()
+    gpu, pynvml, load = open_gpu(sim, index, guard)
+    # The guard is in place: an (empty) setting is refused before it reaches the device.
+    try:
+        gpu.set_operating_point(OperatingPoint())
+        guard_refused = False
+    except SetterCalledError:
+        guard_refused = True
+    guard.calls.clear()
+    result: dict[str, Any] = {
+        "schema": SCHEMA,
+        "mode": "sim" if sim else "nvml",
+        "started_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "device": device_facts(gpu, pynvml),
+    }
+    offered = result["device"]["power_fields"]
+    fields = sorted(k for k, v in offered.items() if isinstance(v, float) and k != "error")
+    load.calibrate()
+    result["workload"] = load.describe()
+    result["update_periods"] = update_periods(gpu, load, fields)
+    result["windows"] = measure_windows(gpu, load, fields, [WINDOW_S], WINDOW_REPEATS)
+    regions = measure_windows(gpu, load, fields, SHORT_REGIONS_S, SHORT_REPEATS)
+    result["short_regions"] = {"rows": regions, "summary": summarize_regions(regions, fields)}
+    result["guard"] = {**guard.to_dict(), "self_test_refused": guard_refused}
+    result["elapsed_s"] = time.perf_counter() - started
+    if guard.calls:
+        raise SetterCalledError(f"setting-changing calls were attempted: {guard.calls}")
+    return result
+
+
+def print_summary(result: dict[str, Any]) -> None:
+    """A few lines a person can read; everything is in the JSON."""
+    dev = result["device"]
+    print(f"{dev['model']} ({result['mode']}), driver {dev.get('driver')}")
+    print(
+        f"  SM clocks {dev['sm_clocks']}, limit {dev['current_power_limit_w']} W "
+        f"in {dev['power_limit_range_w']}, {dev['temperature_c']} °C"
+    )
+    print(f"  power fields: {dev['power_fields']}; energy counter: {dev['energy_counter']}")
+    for row in result["update_periods"]:
+        period = row["period_s"]
+        shown = f"{period * 1e3:.1f} ms" if period is not None else "no estimate"
+        limit = " (at the poll limit)" if row["at_poll_limit"] else ""
+        print(f"  {row['state']:>4} {row['field']:>14}: {shown}{limit}, {row['changes']} changes")
+    for row in result["windows"]:
+        parts = ", ".join(f"{f} {v['rel_diff']:+.2%}" for f, v in row["sampled"].items())
+        print(f"  {row['duration_s']:.2f} s window: counter {row['counter_j']:.1f} J; {parts}")
+    for row in result["short_regions"]["summary"]:
+        print(
+            f"  {row['target_s'] * 1e3:>6.0f} ms regions, {row['field']:>10}: median "
+            f"|err| {row['median_abs_rel_err']:.1%}, max {row['max_abs_rel_err']:.1%}, "
+            f"estimate covers {row['covered_by_estimate']}/{row['n']}"
+        )
+    print(f"  setter calls: {len(result['guard']['calls'])}; {result['elapsed_s']:.1f} s")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gpu", type=int, default=0, help="NVML index of the GPU to probe")
+    parser.add_argument("--sim", action="store_true", help="probe the simulated H200 instead")
+    parser.add_argument("--out", help="output file (default: $OUT/probe.json or ./probe.json)")
+    args = parser.parse_args(argv)
+    out = Path(args.out) if args.out else Path(os.environ.get("OUT") or ".") / "probe.json"
+    result = run_probe(args.sim, args.gpu)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8")
+    print_summary(result)
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
