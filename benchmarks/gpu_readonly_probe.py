@@ -84,6 +84,7 @@ class SetterGuard:
     def __init__(self) -> None:
         self.guarded: list[str] = []
         self.calls: list[str] = []
+        self._originals: list[tuple[Any, str, Any, bool]] = []
 
     def wrap(self, owner: Any, names: Sequence[str], label: str) -> None:
         """Replace ``owner.<name>`` for each name with a refusing stand-in."""
@@ -98,8 +99,19 @@ class SetterGuard:
                     f"{_name} was called; this probe must never change a setting"
                 )
 
+            own = name in getattr(owner, "__dict__", {})
+            self._originals.append((owner, name, getattr(owner, name), own))
             setattr(owner, name, refuse)
             self.guarded.append(qualified)
+
+    def restore(self) -> None:
+        """Put the original functions back."""
+        for owner, name, original, own in reversed(self._originals):
+            if own:
+                setattr(owner, name, original)
+            else:  # it was found on the class: drop the instance's stand-in
+                delattr(owner, name)
+        self._originals.clear()
 
     def to_dict(self) -> dict[str, Any]:
         return {"guarded": len(self.guarded), "calls": list(self.calls)}

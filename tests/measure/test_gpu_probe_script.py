@@ -1,0 +1,148 @@
+"""benchmarks/gpu_readonly_probe.py: its whole logic runs against the simulated H200."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from eopt.devices.operating_point import OperatingPoint
+from eopt.devices.sim import SimulatedGPU
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_readonly_probe.py"
+
+# What a GPU box may lack (and the probe must not need): importing them fails here.
+_BLOCKED = ("pulp", "highspy", "torch", "cupy")
+_RUN = (
+    "import runpy, sys\n"
+    f"for name in {_BLOCKED!r}: sys.modules[name] = None\n"
+    "sys.argv = [sys.argv[1], '--sim']\n"
+    "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+)
+
+
+def _load_probe():
+    spec = importlib.util.spec_from_file_location("gpu_readonly_probe_under_test", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_sim_probe_runs_end_to_end_and_writes_out_probe_json(tmp_path):
+    env = {**os.environ, "OUT": str(tmp_path)}
+    proc = subprocess.run(
+        [sys.executable, "-c", _RUN, str(SCRIPT)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert f"wrote {tmp_path / 'probe.json'}" in proc.stdout
+    result = json.loads((tmp_path / "probe.json").read_text())
+    assert result["schema"] == "eopt.gpu-probe/1" and result["mode"] == "sim"
+
+    dev = result["device"]
+    truth = SimulatedGPU("H200-SXM-141GB")
+    assert dev["model"] == truth.model
+    assert dev["sm_clocks"] == {
+        "count": len(truth.supported_sm_clocks_mhz()),
+        "min_mhz": min(truth.supported_sm_clocks_mhz()),
+        "max_mhz": max(truth.supported_sm_clocks_mhz()),
+    }
+    assert dev["power_limit_range_w"] == list(truth.power_limit_range_w())
+    assert dev["current_power_limit_w"] == truth.default_power_limit_w()
+    assert sorted(dev["power_fields"]) == ["average", "instant"]
+    assert dev["energy_counter"] is True
+
+    # Nothing was changed, and the guard was in place to notice.
+    assert result["guard"]["calls"] == []
+    assert result["guard"]["guarded"] >= 2 and result["guard"]["self_test_refused"] is True
+
+    periods = {(r["state"], r["field"]): r for r in result["update_periods"]}
+    assert set(periods) == {
+        (s, f) for s in ("idle", "load") for f in ("average", "instant", "energy_counter")
+    }
+    for state in ("idle", "load"):
+        for field in ("average", "instant"):
+            found = periods[(state, field)]["period_s"]
+            assert found == pytest.approx(truth.power_update_period_s, rel=0.02)
+        # The counter (mJ steps) moves at every 1 ms poll even idle: only a bound.
+        assert periods[(state, "energy_counter")]["at_poll_limit"] is True
+
+    windows = result["windows"]
+    assert len(windows) == 3
+    for row in windows:
+        assert row["duration_s"] == pytest.approx(5.0, rel=0.05)
+        assert row["mean_power_w"] > 3 * dev["power_fields"]["instant"]  # loaded, not idle
+        for field in ("average", "instant"):
+            sampled = row["sampled"][field]
+            assert abs(sampled["rel_diff"]) < 0.01 and sampled["covered"]
+
+    summary = {(r["target_s"], r["field"]): r for r in result["short_regions"]["summary"]}
+    assert {t for t, _ in summary} == {0.01, 0.1, 1.0}
+    assert all(r["n"] == 5 for r in summary.values())
+    # 1 s regions are resolved; a 10 ms region between two 100 ms refreshes of the
+    # instant field is not, and the meter's error estimate says so.
+    assert summary[(1.0, "instant")]["max_abs_rel_err"] < 0.02
+    assert summary[(0.01, "instant")]["median_abs_rel_err"] > 0.3
+    assert summary[(0.01, "instant")]["covered_by_estimate"] == 5
+    rows = result["short_regions"]["rows"]
+    assert all(r["sampled"]["instant"]["short"] for r in rows if r["target_s"] < 1.0)
+
+
+def test_a_setting_change_during_the_probe_fails_it(monkeypatch):
+    probe = _load_probe()
+    original = probe.device_facts
+
+    def facts_then_change(gpu, pynvml):
+        out = original(gpu, pynvml)
+        gpu.set_operating_point(OperatingPoint(sm_clock_mhz=1200.0))
+        return out
+
+    monkeypatch.setattr(probe, "device_facts", facts_then_change)
+    with pytest.raises(probe.SetterCalledError, match=r"sim0\.set_operating_point"):
+        probe.run_probe(sim=True, index=0)
+
+
+def test_nvml_guard_covers_every_setter_eopt_uses_and_no_reader():
+    import pynvml
+
+    probe = _load_probe()
+    guard = probe.SetterGuard()
+    reader = pynvml.nvmlDeviceGetPowerUsage
+    setter = pynvml.nvmlDeviceSetPowerManagementLimit
+    probe.guard_nvml(guard)
+    try:
+        for name in (
+            "nvmlDeviceSetGpuLockedClocks",
+            "nvmlDeviceSetMemoryLockedClocks",
+            "nvmlDeviceSetPowerManagementLimit",
+            "nvmlDeviceResetGpuLockedClocks",
+            "nvmlDeviceResetMemoryLockedClocks",
+            "nvmlDeviceSetPersistenceMode",
+            "nvmlDeviceClearEccErrorCounts",
+        ):
+            assert f"pynvml.{name}" in guard.guarded
+        # Every NVML reader eopt's device and the probe call stays callable.
+        sources = (SCRIPT.parents[1] / "eopt" / "devices" / "nvml.py").read_text()
+        sources += SCRIPT.read_text()
+        used = set(re.findall(r"pynvml\.(nvml\w+)", sources))
+        readers = {n for n in used if re.match(r"nvml(Device|System)?(Get|Init)", n)}
+        assert len(readers) >= 10
+        assert not {f"pynvml.{n}" for n in readers} & set(guard.guarded)
+        assert pynvml.nvmlDeviceGetPowerUsage is reader  # readers untouched
+        with pytest.raises(probe.SetterCalledError):
+            pynvml.nvmlDeviceSetPowerManagementLimit(None, 100_000)  # never reaches NVML
+        assert guard.calls == ["pynvml.nvmlDeviceSetPowerManagementLimit"]
+    finally:
+        guard.restore()
+    assert pynvml.nvmlDeviceSetPowerManagementLimit is setter
