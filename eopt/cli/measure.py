@@ -116,10 +116,16 @@ def command(
     never changed. Energy is whole-board: regions that overlap in time are each charged
     the full overlap.
 
+    The JSON (--json, -o) holds the totals, per-region sums, the power trace
+    ("samples": time_s and power_w lists, s from the start) and every region call
+    ("events": name, path, start_s, end_s, energy_j), for `eopt report --measurement`
+    and `eopt trace --measurement`.
+
     \b
     Examples:
       eopt measure -- python train.py --epochs 1
       eopt measure --json -o run.json -- ./bench --size 8192
+      eopt trace --measurement run.json -o run.trace.json
     """
     device = open_measure_device(backend, gpu_index)
     try:

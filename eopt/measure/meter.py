@@ -220,7 +220,10 @@ class Meter:
         except DeviceError as exc:
             self._display_error = str(exc)
             return
-        _, averaging = _field_model(reading.field)
+        kind, averaging = _field_model(reading.field)
+        if kind == "interval_mean":
+            averaging = self.sensor_period_s
+        # Any averaged reading describes the middle of its averaging window.
         self._display_field = reading.field
         self._display_power.append((reading.time_s - averaging / 2, reading.power_w))
 
@@ -372,7 +375,9 @@ class Meter:
             if self.power_trace is None:
                 return []
             us, rs = self.power_trace.refreshes()
-            return list(zip(us, rs, strict=True))
+            # An interval mean describes the middle of the interval it closes.
+            shift = self.sensor_period_s / 2 if self.power_trace.kind == "interval_mean" else 0.0
+            return [(u - shift, r) for u, r in zip(us, rs, strict=True)]
         if self._display_power:
             return list(self._display_power)
         ts, es = self.counter_trace.readings()

@@ -15,6 +15,7 @@ from eopt.cli import measure as measure_cli
 from eopt.devices.sim import SimulatedGPU
 from eopt.measure import regions
 from eopt.measure.command import measure_regions
+from eopt.measure.meter import Meter
 from eopt.report.html import render_report
 from eopt.report.inputs import read_measurement
 from eopt.report.trace import schedule_trace
@@ -161,3 +162,22 @@ def test_eopt_measure_json_and_output_file_carry_samples_and_events(
     trace = schedule_trace(measurement=m)["traceEvents"]
     assert [e["name"] for e in trace if e["ph"] == "X"] == ["train", "fwd"] * 2
     assert sum(e["ph"] == "C" for e in trace) == len(samples["time_s"])
+
+
+@pytest.mark.parametrize("method", ["sampler", "counter"])
+def test_interval_mean_samples_sit_mid_interval(fake_gpu, method):
+    """A reading that averages the last 100 ms describes the middle of those 100 ms: the
+    trace of a 1 s load is centred on the load, not half a period late."""
+    gpu = fake_gpu(idle_w=50.0, sensor="average", period=0.1)
+    with Meter(gpu, method=method) as meter:
+        t0 = meter.mark()
+        gpu.clock.sleep(1.0)
+        gpu.busy(1.0, 300.0)  # the load: [1, 2] s after t0
+        gpu.clock.sleep(1.0)
+        t1 = meter.mark()
+        points = meter.power_samples(t0, t1, edges=True)
+    assert points[0][0] == t0 and points[-1][0] == t1
+    high = [t - t0 for t, p in points if p > 175.0]
+    assert len(high) >= 9
+    assert statistics.mean(high) == pytest.approx(1.5, abs=0.02)
+    assert min(high) == pytest.approx(1.05, abs=0.02)
