@@ -370,14 +370,36 @@ def update_periods(gpu: Any, load: Load, fields: Sequence[str]) -> list[dict[str
     return out
 
 
-class FieldView:
-    """The device seen through one power field (so a sampler meter can read any field)."""
+def sampler_periods(
+    gpu: Any, fields: Sequence[str], found: list[dict[str, Any]]
+) -> dict[str, float]:
+    """Each field's refresh period for its meter: the estimate under load where there is
+    a resolved one, else the device's assumed period."""
+    out = {}
+    for field in fields:
+        est = next(
+            (r for r in found if r["state"] == "load" and r["field"] == field and r["period_s"]),
+            None,
+        )
+        usable = est is not None and not est["at_poll_limit"]
+        out[field] = est["period_s"] if usable else gpu.power_update_period_s
+    return out
 
-    def __init__(self, gpu: Any, field: str) -> None:
+
+class FieldView:
+    """The device seen through one power field (so a sampler meter can read any field).
+
+    Args:
+        gpu: The device.
+        field: A key of ``gpu.power_fields()``.
+        period_s: The field's refresh period, in s (default: the device's assumption).
+    """
+
+    def __init__(self, gpu: Any, field: str, period_s: float | None = None) -> None:
         self.gpu = gpu
         self.field = field
         self.index, self.name, self.model, self.clock = gpu.index, gpu.name, gpu.model, gpu.clock
-        self.power_update_period_s = gpu.power_update_period_s
+        self.power_update_period_s = period_s or gpu.power_update_period_s
 
     def power(self) -> PowerReading:
         return self.gpu.power_fields()[self.field]
@@ -390,10 +412,11 @@ class FieldView:
 
 
 @contextlib.contextmanager
-def meters(gpu: Any, fields: Sequence[str]) -> Iterator[dict[str, Meter]]:
-    """The counter meter (``energy_counter``) and one sampler meter per power field."""
+def meters(gpu: Any, periods: dict[str, float]) -> Iterator[dict[str, Meter]]:
+    """The counter meter (``energy_counter``) and one sampler meter per power field,
+    each told its field's refresh period (``periods``: field → s)."""
     opened = {"energy_counter": Meter(gpu, method="counter")}
-    opened.update({f: Meter(FieldView(gpu, f), method="sampler") for f in fields})
+    opened.update({f: Meter(FieldView(gpu, f, p), method="sampler") for f, p in periods.items()})
     with contextlib.ExitStack() as stack:
         for meter in opened.values():
             stack.enter_context(meter)
@@ -419,11 +442,11 @@ def _compare(
 
 
 def measure_windows(
-    gpu: Any, load: Load, fields: Sequence[str], durations: Sequence[float], repeats: int
+    gpu: Any, load: Load, periods: dict[str, float], durations: Sequence[float], repeats: int
 ) -> list[dict[str, Any]]:
     """Counter vs sampled energy of GPU work lasting each duration, ``repeats`` times."""
     rows = []
-    with meters(gpu, fields) as ms:
+    with meters(gpu, periods) as ms:
         gpu.clock.sleep(GAP_S)
         for duration in durations:
             for repeat in range(repeats):
@@ -513,8 +536,10 @@ def run_probe(sim: bool, index: int) -> dict[str, Any]:
     load.calibrate()
     result["workload"] = load.describe()
     result["update_periods"] = update_periods(gpu, load, fields)
-    result["windows"] = measure_windows(gpu, load, fields, [WINDOW_S], WINDOW_REPEATS)
-    regions = measure_windows(gpu, load, fields, SHORT_REGIONS_S, SHORT_REPEATS)
+    periods = sampler_periods(gpu, fields, result["update_periods"])
+    result["sampler_periods_s"] = periods
+    result["windows"] = measure_windows(gpu, load, periods, [WINDOW_S], WINDOW_REPEATS)
+    regions = measure_windows(gpu, load, periods, SHORT_REGIONS_S, SHORT_REPEATS)
     result["short_regions"] = {"rows": regions, "summary": summarize_regions(regions, fields)}
     result["guard"] = {**guard.to_dict(), "self_test_refused": guard_refused}
     result["elapsed_s"] = time.perf_counter() - started

@@ -78,6 +78,10 @@ def test_sim_probe_runs_end_to_end_and_writes_out_probe_json(tmp_path):
         # The counter (mJ steps) moves at every 1 ms poll even idle: only a bound.
         assert periods[(state, "energy_counter")]["at_poll_limit"] is True
 
+    # The samplers were told the measured periods.
+    for field in ("average", "instant"):
+        assert result["sampler_periods_s"][field] == periods[("load", field)]["period_s"]
+
     windows = result["windows"]
     assert len(windows) == 3
     for row in windows:
@@ -97,6 +101,20 @@ def test_sim_probe_runs_end_to_end_and_writes_out_probe_json(tmp_path):
     assert summary[(0.01, "instant")]["covered_by_estimate"] == 5
     rows = result["short_regions"]["rows"]
     assert all(r["sampled"]["instant"]["short"] for r in rows if r["target_s"] < 1.0)
+
+
+def test_samplers_use_a_resolved_estimate_else_the_assumed_period():
+    probe = _load_probe()
+    gpu = SimulatedGPU()
+    found = [
+        {"state": "idle", "field": "a", "period_s": 0.5, "at_poll_limit": False},
+        {"state": "load", "field": "a", "period_s": 0.02, "at_poll_limit": False},
+        {"state": "load", "field": "b", "period_s": 0.001, "at_poll_limit": True},
+        {"state": "load", "field": "c", "period_s": None, "at_poll_limit": False},
+    ]
+    assumed = gpu.power_update_period_s
+    got = probe.sampler_periods(gpu, ["a", "b", "c", "d"], found)
+    assert got == {"a": 0.02, "b": assumed, "c": assumed, "d": assumed}
 
 
 def test_a_setting_change_during_the_probe_fails_it(monkeypatch):
