@@ -419,6 +419,14 @@ def build_problem(dag: PipelineDag, profile: StageProfile, p_block_w: float) -> 
     return EoptProblem(problem, mode_freqs, op_ids)
 
 
+def solve(problem: Any, deadline_s: float | None, method: str, time_limit_s: float | None) -> Any:
+    """``solvers.solve``, passing ``time_limit`` only when given (else the solver's default)."""
+    import solvers
+
+    extra = {} if time_limit_s is None else {"time_limit": time_limit_s}
+    return solvers.solve(problem, deadline_s, method=method, **extra)
+
+
 # --------------------------------------------------------------------------------------
 # lowtime in its own virtual environment
 # --------------------------------------------------------------------------------------
@@ -500,13 +508,15 @@ def run_lowtime(
     unit_time_s: float,
     evaluator: PlanEvaluator,
     time_limit_s: float | None = None,
+    driver: str = "example",
 ) -> LowtimeRun:
     """Run lowtime 0.3.0 (Perseus's driver logic) in a subprocess on ``dag``.
 
     The subprocess sees the same DAG (op ids, edges) and the same profile CSV, fits
-    lowtime's exponential models exactly as Perseus does, and returns the clock of
-    every op after every iteration; each plan is re-evaluated here with the
-    measured profile.
+    lowtime's exponential models as upstream does (``driver``: ``"example"`` =
+    lowtime's ``examples/perseus.py``, ``"artifact"`` = Perseus's SOSP'24 script; see
+    ``lowtime_runner.py``), and returns the clock of every op after every iteration;
+    each plan is re-evaluated here with the measured profile.
     """
     python = lowtime_python()
     with tempfile.TemporaryDirectory(prefix="eopt-lowtime-") as tmp:
@@ -522,6 +532,7 @@ def run_lowtime(
                     "nodes": [[op.id, op.stage, op.kind] for op in dag.ops],
                     "edges": [list(e) for e in dag.edges],
                     "time_limit_s": time_limit_s,
+                    "driver": driver,
                 }
             ),
             encoding="utf-8",

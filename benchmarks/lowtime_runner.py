@@ -6,14 +6,19 @@ solvers). Called by ``_common.run_lowtime``::
     .venv-lowtime/bin/python lowtime_runner.py request.json reply.json
 
 The request holds the profile CSV path, P_block (W), unit time (s), the op nodes
-``[id, stage, kind]`` and precedence edges. The model is built as in lowtime's
-``examples/perseus.py``: per (stage, kind) the cost of each measured option becomes
-effective energy ``E − P_block · quant_time · unit_time``, the options go through
-``CandidateExecutionOptions`` (Pareto filter, quantize, dedupe; retried with a 0.95
-noise factor when three or fewer remain), and an ``ExponentialModel`` is fitted
-(``search_strategy="best"``). The reply lists the clock of every op after every
-Phillips–Dessouky iteration (iteration 0 = the all-slowest start), with lowtime's
-own predicted makespan and energy, and the fit and solve times.
+``[id, stage, kind]`` and precedence edges. Two drivers build the model as upstream
+does:
+
+- ``example`` (lowtime's ``examples/perseus.py``): per (stage, kind) the cost of each
+  measured option becomes effective energy ``E − P_block · quant_time · unit_time``,
+  then ``CandidateExecutionOptions`` (Pareto filter, quantize, dedupe);
+- ``artifact`` (Perseus's SOSP'24 ``lowtime/scripts/perseus.py``): the Pareto filter
+  runs on raw energy first, and the surviving options become effective energy.
+
+Both retry the filter with a 0.95 noise factor when three or fewer options remain and
+fit an ``ExponentialModel`` with ``search_strategy="best"``. The reply lists the clock
+of every op after every Phillips–Dessouky iteration (iteration 0 = the all-slowest
+start), lowtime's own predicted makespan and energy, and the fit and solve times.
 """
 
 from __future__ import annotations
@@ -33,7 +38,9 @@ from lowtime.operation import CandidateExecutionOptions, ExecutionOption, Operat
 from lowtime.solver import PhillipsDessouky
 
 
-def _op_specs(profile_csv: str, p_block_w: float, unit_time_s: float) -> dict[Any, Any]:
+def _op_specs(
+    profile_csv: str, p_block_w: float, unit_time_s: float, driver: str
+) -> dict[Any, Any]:
     rows: dict[tuple[int, str], list[ExecutionOption[int]]] = defaultdict(list)
     with open(profile_csv, newline="", encoding="utf-8") as handle:
         for row in csv.DictReader(handle):
@@ -47,17 +54,25 @@ def _op_specs(profile_csv: str, p_block_w: float, unit_time_s: float) -> dict[An
             )
     specs = {}
     for key, options in rows.items():
-        # Effective computation energy E − P_block · t, before the Pareto filter, as
-        # lowtime's examples/perseus.py does.
-        for option in options:
-            option.cost -= p_block_w * option.quant_time * option.unit_time
+        if driver == "example":
+            # lowtime's examples/perseus.py: effective energy E − P_block · t first, so
+            # the Pareto filter below keeps every clock that saves effective energy.
+            _to_effective(options, p_block_w)
         candidates = CandidateExecutionOptions[int](options=options)
         if len(candidates.options) <= 3:
-            # Too few options left: a noisy profile; upstream retries with slack.
+            # Too few options left: a noisy profile; both drivers retry with slack.
             candidates = CandidateExecutionOptions[int](options=options, noise_factor=0.95)
+        if driver == "artifact":
+            # Perseus's SOSP'24 artifact: Pareto filter on raw energy, then effective.
+            _to_effective(candidates.options, p_block_w)
         model = ExponentialModel(candidates, search_strategy="best")
         specs[key] = OperationSpec[int](options=candidates, cost_model=model)
     return specs
+
+
+def _to_effective(options: list[ExecutionOption[int]], p_block_w: float) -> None:
+    for option in options:
+        option.cost -= p_block_w * option.quant_time * option.unit_time
 
 
 def _quant_makespan(dag: nx.DiGraph, order: list[int]) -> int:
@@ -80,7 +95,7 @@ def main(request_path: str, reply_path: str) -> None:
     reply: dict[str, Any] = {"version": lowtime_version, "iterations": [], "truncated": False}
     t0 = time.perf_counter()
     try:
-        specs = _op_specs(req["profile_csv"], p_block, unit)
+        specs = _op_specs(req["profile_csv"], p_block, unit, req.get("driver", "example"))
     except (ValueError, RuntimeError) as exc:
         reply.update(fit_s=time.perf_counter() - t0, solve_s=0.0, error=f"fit failed: {exc}")
         with open(reply_path, "w", encoding="utf-8") as handle:

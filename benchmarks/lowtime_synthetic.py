@@ -239,7 +239,7 @@ def run_case(case: str, args: argparse.Namespace, verdicts: common.Verdicts) -> 
         for method in methods:
             try:
                 sol, wall = common.timed(
-                    lambda d=deadline, m=method: solvers.solve(problem, d, method=m)
+                    lambda d=deadline, m=method: common.solve(problem, d, m, args.time_limit)
                 )
             except solvers.SolverError as exc:
                 solve_rows.append((f"{f:.2f}×", method, f"error: {exc}", "", "", "", "", "", ""))
@@ -433,6 +433,12 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=FRONTIER_MIN_POINTS,
         help="num_points asked of solvers.frontier (default 100)",
+    )
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        default=None,
+        help="time_limit (s) passed to solvers.solve (default: the solver's own, 60 s)",
     )
     parser.add_argument("--strict", action="store_true", help="exit 1 when any line FAILs")
     parser.add_argument(

@@ -98,6 +98,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--save-profile", type=Path, help="also write the generated profile CSV here"
     )
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        default=None,
+        help="time_limit (s) passed to solvers.solve (default: the solver's own, 60 s)",
+    )
     parser.add_argument("--strict", action="store_true", help="exit 1 when any line FAILs")
     parser.add_argument(
         "--no-save", action="store_true", help="do not write benchmarks/results/solver_scale.json"
@@ -136,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         for method in args.methods:
             try:
                 sol, wall = common.timed(
-                    lambda d=deadline, m=method: solvers.solve(built.problem, d, method=m)
+                    lambda d=deadline, m=method: common.solve(built.problem, d, m, args.time_limit)
                 )
             except solvers.SolverError as exc:
                 verdicts.check(False, f"{label} {f:.2f}× {method}: solver error {exc}")
