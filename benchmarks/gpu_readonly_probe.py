@@ -316,7 +316,7 @@ def device_facts(gpu: Any, pynvml: Any | None) -> dict[str, Any]:
             uuid=_try(lambda: _text(pynvml.nvmlDeviceGetUUID(h))),
             driver=_try(lambda: _text(pynvml.nvmlSystemGetDriverVersion())),
             nvml_version=_try(lambda: _text(pynvml.nvmlSystemGetNVMLVersion())),
-            cuda_driver_version=_try(pynvml.nvmlSystemGetCudaDriverVersion),
+            cuda_driver_version=_try(lambda: pynvml.nvmlSystemGetCudaDriverVersion()),
             current_sm_clock_mhz=_try(
                 lambda: pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)
             ),

@@ -8,10 +8,12 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from eopt.devices import nvml as eopt_nvml
 from eopt.devices.operating_point import OperatingPoint
 from eopt.devices.sim import SimulatedGPU
 
@@ -164,3 +166,74 @@ def test_nvml_guard_covers_every_setter_eopt_uses_and_no_reader():
     finally:
         guard.restore()
     assert pynvml.nvmlDeviceSetPowerManagementLimit is setter
+
+
+def _fake_pynvml_module():
+    """The stateful NVML fake of the device tests (one A100 that logs every call)."""
+    path = SCRIPT.parents[1] / "tests" / "devices" / "conftest.py"
+    spec = importlib.util.spec_from_file_location("devices_fake_nvml_for_probe", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module.FakePynvml([module.FakeGpu()])
+
+
+class _SleepLoad:
+    """Stands in for the matmul loop on the wall clock: the 'GPU' is busy until sync."""
+
+    library, dtype = "sleep", "none"
+
+    def __init__(self) -> None:
+        self.op_time_s = {"small": 0.001, "big": 0.01}
+        self.queued_s = 0.0
+
+    def calibrate(self) -> None:
+        pass
+
+    def enqueue(self, duration_s: float) -> int:
+        self.queued_s += duration_s
+        return 1
+
+    def sync(self) -> None:
+        time.sleep(self.queued_s)
+        self.queued_s = 0.0
+
+    def describe(self) -> dict[str, object]:
+        return {"library": self.library}
+
+
+def test_nvml_path_reads_only_and_guards_the_module_eopt_calls(monkeypatch):
+    """The real-GPU path, on the NVML fake and the wall clock (shortened): every step runs,
+    the guard sits on the very module eopt's device calls, and no setter is reached."""
+    probe = _load_probe()
+    fake = _fake_pynvml_module()
+    monkeypatch.setitem(sys.modules, "pynvml", fake)  # what the probe guards
+    monkeypatch.setattr(eopt_nvml, "pynvml", fake)  # what eopt's device calls
+    monkeypatch.setattr(probe, "open_load", lambda index: _SleepLoad())
+    for name, value in {
+        "PERIOD_DURATION_S": 0.05,
+        "COUNTER_PERIOD_DURATION_S": 0.05,
+        "WINDOW_S": 0.05,
+        "WINDOW_REPEATS": 1,
+        "SHORT_REGIONS_S": (0.02,),
+        "SHORT_REPEATS": 1,
+        "GAP_S": 0.02,
+    }.items():
+        monkeypatch.setattr(probe, name, value)
+    result = probe.run_probe(sim=False, index=0)
+    assert result["mode"] == "nvml"
+    assert fake.setter_calls() == []
+    assert result["guard"]["calls"] == [] and result["guard"]["self_test_refused"]
+    for setter in fake.SETTERS:
+        assert getattr(fake, setter).__name__ == "refuse"  # guarded on the fake itself
+    dev = result["device"]
+    gpu = fake.gpus[0]
+    assert dev["model"] == gpu.name and dev["uuid"] == gpu.uuid
+    assert dev["sm_clocks"]["count"] == len(gpu.sm_clocks)
+    assert dev["power_limit_range_w"] == [gpu.limit_min_mw / 1000, gpu.limit_max_mw / 1000]
+    assert sorted(dev["power_fields"]) == ["average_1s", "instant", "usage"]
+    assert "error" in dev["driver"]  # the fake has no driver query: recorded, not fatal
+    # The fake's readings never change: no period estimate, so samplers keep 100 ms.
+    assert set(result["sampler_periods_s"].values()) == {0.1}
+    assert len(result["windows"]) == 1 and len(result["short_regions"]["rows"]) == 1
