@@ -44,6 +44,7 @@ import re
 import statistics
 import sys
 import time
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -512,10 +513,37 @@ def open_gpu(sim: bool, index: int, guard: SetterGuard) -> tuple[Any, Any, Load]
     return gpu, pynvml, load
 
 
-def run_probe(sim: bool, index: int) -> dict[str, Any]:
-    """Run every step; returns the JSON-ready result."""
+def _section(result: dict[str, Any], key: str, step: Callable[[], Any]) -> Any:
+    """Run one step into ``result[key]``; a failure is recorded there and the probe goes
+    on (the other sections still come back). A setter attempt is never swallowed."""
+    try:
+        result[key] = step()
+    except SetterCalledError:
+        raise
+    except Exception as exc:
+        result[key] = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()}
+        print(f"{key} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return None
+    return result[key]
+
+
+def run_probe(sim: bool, index: int, result: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run every step; returns the JSON-ready result (filled into ``result`` as it goes,
+    so a caller keeps what was measured even if a step raises).
+
+    Raises:
+        SetterCalledError: when anything tried to change a setting.
+    """
     started = time.perf_counter()
+    result = {} if result is None else result
+    result.update(
+        schema=SCHEMA,
+        mode="sim" if sim else "nvml",
+        started_utc=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        python=platform.python_version(),
+    )
     guard = SetterGuard()
+    result["guard"] = guard.to_dict()
     gpu, pynvml, load = open_gpu(sim, index, guard)
     # The guard is in place: an (empty) setting is refused before it reaches the device.
     try:
@@ -524,28 +552,41 @@ def run_probe(sim: bool, index: int) -> dict[str, Any]:
     except SetterCalledError:
         guard_refused = True
     guard.calls.clear()
-    result: dict[str, Any] = {
-        "schema": SCHEMA,
-        "mode": "sim" if sim else "nvml",
-        "started_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "python": platform.python_version(),
-        "device": device_facts(gpu, pynvml),
-    }
+    result["device"] = device_facts(gpu, pynvml)
     offered = result["device"]["power_fields"]
     fields = sorted(k for k, v in offered.items() if isinstance(v, float) and k != "error")
-    load.calibrate()
-    result["workload"] = load.describe()
-    result["update_periods"] = update_periods(gpu, load, fields)
-    periods = sampler_periods(gpu, fields, result["update_periods"])
+    if _section(result, "workload", lambda: (load.calibrate(), load.describe())[1]) is None:
+        fields = []  # no load: nothing below can be measured
+    found = _section(result, "update_periods", lambda: update_periods(gpu, load, fields))
+    periods = sampler_periods(gpu, fields, found or [])
     result["sampler_periods_s"] = periods
-    result["windows"] = measure_windows(gpu, load, periods, [WINDOW_S], WINDOW_REPEATS)
-    regions = measure_windows(gpu, load, periods, SHORT_REGIONS_S, SHORT_REPEATS)
-    result["short_regions"] = {"rows": regions, "summary": summarize_regions(regions, fields)}
+    _section(
+        result,
+        "windows",
+        lambda: measure_windows(gpu, load, periods, [WINDOW_S], WINDOW_REPEATS),
+    )
+
+    def short_regions() -> dict[str, Any]:
+        rows = measure_windows(gpu, load, periods, SHORT_REGIONS_S, SHORT_REPEATS)
+        return {"rows": rows, "summary": summarize_regions(rows, fields)}
+
+    _section(result, "short_regions", short_regions)
     result["guard"] = {**guard.to_dict(), "self_test_refused": guard_refused}
     result["elapsed_s"] = time.perf_counter() - started
     if guard.calls:
         raise SetterCalledError(f"setting-changing calls were attempted: {guard.calls}")
     return result
+
+
+def _rows(result: dict[str, Any], key: str, sub: str | None = None) -> list[dict[str, Any]]:
+    """A section's rows, or none (after printing its error) when the step failed."""
+    section = result.get(key)
+    if isinstance(section, dict) and "error" in section:
+        print(f"  {key}: {section['error']}")
+        return []
+    if sub is not None and isinstance(section, dict):
+        section = section.get(sub)
+    return list(section) if isinstance(section, list) else []
 
 
 def print_summary(result: dict[str, Any]) -> None:
@@ -557,15 +598,15 @@ def print_summary(result: dict[str, Any]) -> None:
         f"in {dev['power_limit_range_w']}, {dev['temperature_c']} °C"
     )
     print(f"  power fields: {dev['power_fields']}; energy counter: {dev['energy_counter']}")
-    for row in result["update_periods"]:
+    for row in _rows(result, "update_periods"):
         period = row["period_s"]
         shown = f"{period * 1e3:.1f} ms" if period is not None else "no estimate"
         limit = " (at the poll limit)" if row["at_poll_limit"] else ""
         print(f"  {row['state']:>4} {row['field']:>14}: {shown}{limit}, {row['changes']} changes")
-    for row in result["windows"]:
+    for row in _rows(result, "windows"):
         parts = ", ".join(f"{f} {v['rel_diff']:+.2%}" for f, v in row["sampled"].items())
         print(f"  {row['duration_s']:.2f} s window: counter {row['counter_j']:.1f} J; {parts}")
-    for row in result["short_regions"]["summary"]:
+    for row in _rows(result, "short_regions", "summary"):
         print(
             f"  {row['target_s'] * 1e3:>6.0f} ms regions, {row['field']:>10}: median "
             f"|err| {row['median_abs_rel_err']:.1%}, max {row['max_abs_rel_err']:.1%}, "
@@ -581,8 +622,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", help="output file (default: $OUT/probe.json or ./probe.json)")
     args = parser.parse_args(argv)
     out = Path(args.out) if args.out else Path(os.environ.get("OUT") or ".") / "probe.json"
-    result = run_probe(args.sim, args.gpu)
     out.parent.mkdir(parents=True, exist_ok=True)
+    result: dict[str, Any] = {}
+    try:
+        run_probe(args.sim, args.gpu, result)
+    except BaseException as exc:
+        # Keep whatever was measured: device time is scarce.
+        result["fatal"] = f"{type(exc).__name__}: {exc}"
+        result["fatal_trace"] = traceback.format_exc()
+        out.write_text(json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8")
+        print(f"wrote partial results to {out}", file=sys.stderr)
+        raise
     out.write_text(json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8")
     print_summary(result)
     print(f"wrote {out}")

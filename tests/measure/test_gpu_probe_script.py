@@ -237,3 +237,29 @@ def test_nvml_path_reads_only_and_guards_the_module_eopt_calls(monkeypatch):
     # The fake's readings never change: no period estimate, so samplers keep 100 ms.
     assert set(result["sampler_periods_s"].values()) == {0.1}
     assert len(result["windows"]) == 1 and len(result["short_regions"]["rows"]) == 1
+
+
+def test_a_failing_step_is_recorded_and_the_rest_still_comes_back(monkeypatch, tmp_path, capsys):
+    probe = _load_probe()
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("no counter here")
+
+    monkeypatch.setattr(probe, "measure_windows", boom)
+    result = probe.run_probe(sim=True, index=0)
+    assert result["windows"]["error"] == "RuntimeError: no counter here"
+    assert result["short_regions"]["error"] == "RuntimeError: no counter here"
+    assert len(result["update_periods"]) == 6  # measured before the failing step
+    probe.print_summary(result)
+    assert "windows: RuntimeError: no counter here" in capsys.readouterr().out
+
+    def no_gpu(*args, **kwargs):
+        raise OSError("NVML is not there")
+
+    monkeypatch.setattr(probe, "open_gpu", no_gpu)
+    out = tmp_path / "p.json"
+    with pytest.raises(OSError, match="NVML is not there"):
+        probe.main(["--out", str(out)])
+    partial = json.loads(out.read_text())  # what was known is still written
+    assert partial["fatal"] == "OSError: NVML is not there"
+    assert partial["schema"] == "eopt.gpu-probe/1" and partial["mode"] == "nvml"
