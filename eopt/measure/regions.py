@@ -390,7 +390,7 @@ class RegionEvent:
     error_j: float
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready mapping (what ``eopt report --trace`` turns into a slice)."""
+        """JSON-ready mapping (a slice in ``eopt trace --measurement``)."""
         return {
             "name": self.name,
             "path": self.path,
