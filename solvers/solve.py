@@ -12,8 +12,9 @@ import numpy as np
 from solvers.coupled import relax_coupled
 from solvers.exceptions import InfeasibleDeadline, ProblemError
 from solvers.indexed import IndexedProblem, meets
+from solvers.lns import lns
 from solvers.lp import HullLP
-from solvers.milp import min_makespan, solve_milp, solver_name
+from solvers.milp import candidate_modes, min_makespan, solve_milp, solver_name
 from solvers.problem import Problem
 from solvers.relax import relax_search
 from solvers.solution import Solution, build_solution, relative_gap
@@ -130,6 +131,15 @@ def _relax(
     return res.modes, res.bound, "HiGHS LP + rounding"
 
 
+def _milp_fits(ip: IndexedProblem, seconds: float) -> bool:
+    """True when building the full MILP through PuLP should take under half of `seconds`.
+
+    PuLP builds roughly 40 000 binary variables a second on one core.
+    """
+    columns = sum(len(m) for m in candidate_modes(ip))
+    return columns / 40_000 < 0.5 * seconds
+
+
 def solve(
     problem: Problem,
     deadline: float | None = None,
@@ -177,17 +187,38 @@ def solve(
         raise InfeasibleDeadline(deadline, t_fast)
     notes: list[str] = []
     status = "feasible"
-    if method in ("relax", "auto"):
-        modes, bound, solver = _relax(ip, deadline, fast, t_fast, time_limit)
-        energy = ip.evaluate(modes, deadline).energy
-        if relative_gap(energy, bound) <= gap:
-            status = "optimal"
+    solver = ""
+    bound = math.nan
+
+    def left() -> float:
+        return time_limit - (time.perf_counter() - t0)
+
+    def gap_ok(energy: float) -> bool:
+        return relative_gap(energy, bound) <= gap * (1 + 1e-6) + 1e-12
+
+    if method == "milp":
+        modes, energy = fast, math.inf
     else:
-        modes, bound, solver, energy = fast, math.nan, "", math.inf
-    left = time_limit - (time.perf_counter() - t0)
-    if method == "milp" or (method == "auto" and status != "optimal" and left > 0.5):
+        # auto keeps most of its time for the exact stages that follow.
+        budget = time_limit if method == "relax" else 0.25 * time_limit
+        modes, bound, solver = _relax(ip, deadline, fast, t_fast, budget)
+        energy = ip.evaluate(modes, deadline).energy
+        if gap_ok(energy):
+            status = "optimal"
+    if method == "auto" and status != "optimal" and not ip.coupled and left() > 0.5:
+        better = lns(ip, modes, deadline, time_limit=0.6 * left())
+        e = ip.evaluate(better, deadline).energy
+        if e < energy:
+            modes, energy = better, e
+            solver += " + MILP windows"
+        if gap_ok(energy):
+            status = "optimal"
+    run_milp = method == "milp" or (
+        method == "auto" and status != "optimal" and left() > 0.5 and _milp_fits(ip, left())
+    )
+    if run_milp:
         warm = modes if method == "auto" else fast
-        res = solve_milp(ip, deadline, time_limit=max(0.1, left), gap=gap, warm=warm)
+        res = solve_milp(ip, deadline, time_limit=max(0.1, left()), gap=gap, warm=warm)
         name = f"{res.solver} MILP"
         if res.modes is not None:
             ev = ip.evaluate(res.modes, deadline)
@@ -206,7 +237,7 @@ def solve(
             lp_point = lp.solve()
             if lp_point is not None:
                 bound = lp_point.energy_bound(ip, deadline)
-        if relative_gap(energy, bound) <= gap * (1 + 1e-6) + 1e-12:
+        if gap_ok(energy):
             status = "optimal"
         elif res.status == "time_limit":
             status = "time_limit"
@@ -214,6 +245,9 @@ def solve(
         else:
             status = "feasible"
         solver = solver or name
+    elif method == "auto" and status != "optimal":
+        status = "time_limit"
+        notes.append(f"stopped at the time limit of {time_limit:g} s")
     if not meets(ip.evaluate(modes).makespan, deadline):  # never hand out a late plan
         modes = fast
         notes.append("fell back to the fastest plan")

@@ -1,0 +1,202 @@
+"""Large-neighbourhood search: re-optimize windows of tasks exactly with a MILP.
+
+The whole mode-choice MILP (`solvers.milp` documents the model) is built once in HiGHS
+from numpy arrays. Each step frees the tasks of one window — consecutive in the
+current schedule — pins every other task to its current mode through variable bounds,
+and lets HiGHS (warm-started with the current plan) find the best modes for the window
+within a short time limit. A window's result is kept when it is cheaper, evaluated
+exactly with the real durations.
+
+Assumptions:
+    No groups and no transition costs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import highspy
+import numpy as np
+import scipy.sparse as sp
+
+from solvers.hull import pareto_modes
+from solvers.indexed import IndexedProblem, meets
+from solvers.lp import new_highs
+
+
+class WindowMIP:
+    """The mode-choice MILP of an uncoupled problem, for windowed re-optimization.
+
+    Column layout: x (one per Pareto mode of every task), S (n), H (1).
+    """
+
+    def __init__(self, ip: IndexedProblem, deadline: float | None) -> None:
+        self.ip = ip
+        n = ip.n
+        self.modes = [pareto_modes(ip.durations[i], ip.costs[i]) for i in range(n)]
+        sizes = np.array([len(m) for m in self.modes])
+        self.first = np.concatenate([[0], np.cumsum(sizes)])  # x columns of task i
+        nx_ = int(self.first[-1])
+        self.nx = nx_
+        task_of = np.repeat(np.arange(n), sizes)
+        dur = np.concatenate([ip.durations[i][m] for i, m in enumerate(self.modes)])
+        cost = np.concatenate([ip.costs[i][m] for i, m in enumerate(self.modes)])
+        self.mode_of = np.concatenate([np.asarray(m) for m in self.modes])
+        s_col = nx_ + np.arange(n)
+        h_col = nx_ + n
+        r, c, v = [], [], []
+        lo, hi = [], []
+        inf = highspy.kHighsInf
+        row = 0
+        # One mode per task.
+        r.append(task_of)
+        c.append(np.arange(nx_))
+        v.append(np.ones(nx_))
+        lo.append(np.ones(n))
+        hi.append(np.ones(n))
+        row += n
+        # Edges u -> v: S_u + Σ d x_u − S_v ≤ 0.
+        for u, w in zip(ip.edge_u.tolist(), ip.edge_v.tolist(), strict=True):
+            cols = np.arange(self.first[u], self.first[u + 1])
+            r.append(np.full(len(cols) + 2, row))
+            c.append(np.concatenate([cols, [s_col[u], s_col[w]]]))
+            v.append(np.concatenate([dur[cols], [1.0, -1.0]]))
+            row += 1
+        e = len(ip.edge_u)
+        lo.append(np.full(e, -inf))
+        hi.append(np.zeros(e))
+        # Sinks: S_i + Σ d x_i − H ≤ 0.
+        for i in ip.sinks:
+            cols = np.arange(self.first[i], self.first[i + 1])
+            r.append(np.full(len(cols) + 2, row))
+            c.append(np.concatenate([cols, [s_col[i], h_col]]))
+            v.append(np.concatenate([dur[cols], [1.0, -1.0]]))
+            row += 1
+        lo.append(np.full(len(ip.sinks), -inf))
+        hi.append(np.zeros(len(ip.sinks)))
+        ncol = nx_ + n + 1
+        a = sp.csc_matrix(
+            (np.concatenate(v), (np.concatenate(r), np.concatenate(c))), shape=(row, ncol)
+        )
+        a.sort_indices()
+        held = ip.problem.hold == "deadline" and deadline is not None
+        obj = np.concatenate([cost, np.zeros(n), [0.0 if held else ip.idle_total_w]])
+        self.offset = ip.idle_total_w * float(deadline) if held else 0.0
+        lp = highspy.HighsLp()
+        lp.num_col_ = ncol
+        lp.num_row_ = row
+        lp.col_cost_ = obj
+        lp.col_lower_ = np.zeros(ncol)
+        upper = np.concatenate([np.ones(nx_), np.full(n, inf), [inf]])
+        if deadline is not None:
+            upper[h_col] = float(deadline)
+        lp.col_upper_ = upper
+        lp.row_lower_ = np.concatenate(lo)
+        lp.row_upper_ = np.concatenate(hi)
+        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+        lp.a_matrix_.start_ = a.indptr
+        lp.a_matrix_.index_ = a.indices
+        lp.a_matrix_.value_ = a.data
+        lp.integrality_ = [highspy.HighsVarType.kInteger] * nx_ + [
+            highspy.HighsVarType.kContinuous
+        ] * (n + 1)
+        self.highs = new_highs()
+        self.highs.setOptionValue("threads", 1)
+        self.highs.passModel(lp)
+        self.ncol = ncol
+
+    def _pin(self, modes: Sequence[int], free: np.ndarray) -> None:
+        """Bounds: free tasks' x in [0, 1], every other task pinned to its mode."""
+        lo = np.zeros(self.nx)
+        hi = np.zeros(self.nx)
+        pos = {}
+        for i, m in enumerate(modes):
+            pos[i] = self.first[i] + self.modes[i].index(m) if m in self.modes[i] else -1
+        for i in range(self.ip.n):
+            a, b = self.first[i], self.first[i + 1]
+            if free[i] or pos[i] < 0:
+                hi[a:b] = 1.0
+            else:
+                lo[pos[i]] = hi[pos[i]] = 1.0
+        idx = np.arange(self.nx, dtype=np.int32)
+        self.highs.changeColsBounds(self.nx, idx, lo, hi)
+
+    def reoptimize(
+        self, modes: Sequence[int], free: np.ndarray, time_limit: float
+    ) -> list[int] | None:
+        """Best modes for the free tasks with the others pinned; None if nothing found."""
+        ip = self.ip
+        self._pin(modes, free)
+        ev = ip.evaluate(modes)
+        x0 = np.zeros(self.ncol)
+        for i, m in enumerate(modes):
+            if m in self.modes[i]:
+                x0[self.first[i] + self.modes[i].index(m)] = 1.0
+        x0[self.nx : self.nx + ip.n] = ev.starts
+        x0[self.nx + ip.n] = ev.makespan
+        sol = highspy.HighsSolution()
+        sol.col_value = x0
+        sol.value_valid = True
+        h = self.highs
+        h.setOptionValue("time_limit", float(max(0.01, time_limit)))
+        h.setSolution(sol)
+        h.run()
+        if h.getInfo().primal_solution_status != 2:
+            return None
+        x = np.asarray(h.getSolution().col_value)[: self.nx]
+        out = list(modes)
+        for i in np.flatnonzero(free):
+            a, b = self.first[i], self.first[i + 1]
+            out[i] = int(self.mode_of[a + int(np.argmax(x[a:b]))])
+        return out
+
+
+def lns(
+    ip: IndexedProblem,
+    modes: Sequence[int],
+    deadline: float | None,
+    *,
+    time_limit: float = 10.0,
+    window: int = 24,
+    step_limit: float = 0.3,
+) -> list[int]:
+    """Improve a feasible plan by re-optimizing sliding windows of tasks exactly.
+
+    Args:
+        ip: the problem (uncoupled).
+        modes: a feasible plan.
+        deadline: s, or None.
+        time_limit: s of wall time in all.
+        window: tasks freed per step (consecutive by start time).
+        step_limit: s per window solve.
+
+    Returns:
+        A plan no worse than `modes`.
+    """
+    t0 = time.perf_counter()
+    best = list(modes)
+    best_e = ip.evaluate(best, deadline).energy
+    if ip.n == 0:
+        return best
+    mip = WindowMIP(ip, deadline)
+    window = max(2, min(window, ip.n))
+    stride = max(1, window // 2)
+    improved = True
+    while improved and time.perf_counter() - t0 < time_limit:
+        improved = False
+        order = np.argsort(ip.evaluate(best).starts, kind="stable")
+        for lo in range(0, max(1, ip.n - window + stride), stride):
+            left = time_limit - (time.perf_counter() - t0)
+            if left <= 0:
+                break
+            free = np.zeros(ip.n, dtype=bool)
+            free[order[lo : lo + window]] = True
+            cand = mip.reoptimize(best, free, min(step_limit, left))
+            if cand is None:
+                continue
+            ev = ip.evaluate(cand, deadline)
+            if meets(ev.makespan, deadline) and ev.energy < best_e - 1e-9 * max(1.0, best_e):
+                best, best_e = cand, ev.energy
+                improved = True
+    return best
