@@ -1,4 +1,9 @@
-"""Entry points: `solve`, `evaluate`, `fastest_makespan` (method dispatch lives here)."""
+"""Entry points: `solve`, `evaluate`, `fastest_makespan` (method dispatch lives here).
+
+Every plan handed out is evaluated with the real mode durations and meets its deadline;
+its `lower_bound` is the best certified bound found (the hull LP, the LP relaxation of
+the exact model, or the MILP's own bound).
+"""
 
 from __future__ import annotations
 
@@ -153,8 +158,11 @@ def solve(
         problem: the problem.
         deadline: s; None finds the energy-minimizing makespan.
         method: ``"relax"`` (LP relaxation, rounding, improvement: fast, gap reported),
-            ``"milp"`` (exact, within `time_limit`) or ``"auto"`` (relax, then the
-            MILP warm-started from it while the gap exceeds `gap` and time remains).
+            ``"milp"`` (exact, within `time_limit`) or ``"auto"``: relax with a quarter
+            of the time; while the gap exceeds `gap`, windows of tasks re-optimized by
+            a MILP (`solvers.lns`, uncoupled problems) with most of the rest; then the
+            full MILP warm-started from the best plan, when it can be built in time
+            (its bound often tightens the gap). The best plan found is returned.
         time_limit: s of wall time, roughly (model building can add to it).
         gap: relative optimality gap that counts as optimal.
 

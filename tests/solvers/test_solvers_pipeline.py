@@ -1,0 +1,88 @@
+"""A small 1F1B pipeline: relax and auto against the exact MILP, and hold="deadline"."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from solvers import Mode, Problem, Task, fastest_makespan, frontier, solve
+
+
+def pipeline(stages: int, microbatches: int, clocks: int = 5) -> Problem:
+    """1F1B pipeline (order as in the design notes) with a simple DVFS model per op."""
+    freqs = [1410 - 90 * k for k in range(clocks)]
+
+    def modes(kind: str, stage: int) -> tuple[Mode, ...]:
+        t_ref = (0.04 if kind == "f" else 0.08) * (1.25 if stage == stages - 1 else 1.0)
+        alpha = 0.85 if kind == "f" else 0.9
+        out = []
+        for f in freqs:
+            t = t_ref * (alpha * 1410 / f + 1 - alpha)
+            power = 105 + (245 if kind == "f" else 270) * (f / 1410) ** 2.4
+            out.append(Mode(t, power * t, label=f, setting=f))
+        return tuple(out)
+
+    tasks, edges = [], []
+    for s in range(stages):
+        warm = min(stages - s - 1, microbatches)
+        order = [("f", m) for m in range(warm)]
+        nf, nb = warm, 0
+        while nf < microbatches:
+            order += [("f", nf), ("b", nb)]
+            nf, nb = nf + 1, nb + 1
+        order += [("b", m) for m in range(nb, microbatches)]
+        tasks += [Task(f"{k}{s}.{m}", f"gpu{s}", modes(k, s)) for k, m in order]
+        edges += [(f"{a}{s}.{i}", f"{b}{s}.{j}") for (a, i), (b, j) in itertools.pairwise(order)]
+        for m in range(microbatches):
+            if s > 0:
+                edges.append((f"f{s - 1}.{m}", f"f{s}.{m}"))
+            if s < stages - 1:
+                edges.append((f"b{s + 1}.{m}", f"b{s}.{m}"))
+            else:
+                edges.append((f"f{s}.{m}", f"b{s}.{m}"))
+    return Problem(tuple(tasks), tuple(edges), {f"gpu{s}": 75.0 for s in range(stages)})
+
+
+@pytest.mark.parametrize("factor", [1.0, 1.1, 1.25])
+def test_relax_close_to_exact_on_a_pipeline(factor: float) -> None:
+    problem = pipeline(3, 4)
+    deadline = factor * fastest_makespan(problem)
+    exact = solve(problem, deadline, method="milp", gap=1e-7, time_limit=30)
+    assert exact.status == "optimal"
+    relax = solve(problem, deadline, method="relax")
+    assert relax.makespan <= deadline * (1 + 1e-9)
+    assert relax.lower_bound <= exact.energy * (1 + 1e-7)
+    assert exact.energy <= relax.energy * (1 + 1e-9)
+    # The heuristic is near the optimum (it is usually exact on this small case).
+    assert relax.energy <= exact.energy * 1.01
+    auto = solve(problem, deadline, method="auto", gap=1e-7, time_limit=30)
+    assert auto.energy == pytest.approx(exact.energy, rel=1e-6)
+
+
+def test_holding_to_the_deadline_charges_idle_power_until_then() -> None:
+    problem = pipeline(2, 3)
+    deadline = 1.3 * fastest_makespan(problem)
+    held = Problem(problem.tasks, problem.edges, problem.idle_power, hold="deadline")
+    a = solve(problem, deadline, method="milp", gap=1e-9)
+    b = solve(held, deadline, method="milp", gap=1e-9)
+    assert b.horizon == pytest.approx(deadline)
+    # Held to the deadline, idling is charged anyway, so slowing down is free in time:
+    # the plan is at least as slow and its energy is the makespan plan's plus idle
+    # power over the gap, minus what the slower modes save.
+    assert b.makespan >= a.makespan - 1e-9
+    idle_w = sum(problem.idle_power.values())
+    assert b.energy <= a.energy + idle_w * (deadline - a.makespan) + 1e-6
+    assert b.energy >= a.energy - 1e-6
+    relax = solve(held, deadline, method="relax")
+    assert relax.lower_bound <= b.energy * (1 + 1e-7) and relax.energy >= b.energy * (1 - 1e-9)
+
+
+def test_frontier_of_a_pipeline_spans_fastest_to_cheapest() -> None:
+    problem = pipeline(3, 4)
+    points = frontier(problem, num_points=15)
+    assert len(points) >= 15
+    assert points[0].makespan == pytest.approx(fastest_makespan(problem), rel=1e-9)
+    cheapest = solve(problem, None, method="milp", gap=1e-9)
+    assert points[-1].energy <= cheapest.energy * 1.01
+    assert all(a.energy > b.energy for a, b in itertools.pairwise(points))
