@@ -64,13 +64,17 @@ def _solve_fixed_settings(
     return [back[i][m] for i, m in enumerate(res.modes)]
 
 
-def _group_move(ip: IndexedProblem, modes: list[int], g: int, s: Hashable) -> list[int]:
-    """Move group g to setting s: each member takes the cheapest mode at s no slower
-    than its current one, or the fastest mode at s."""
+def _group_move(
+    ip: IndexedProblem, modes: list[int], members: Sequence[int], s: Hashable
+) -> list[int]:
+    """Move tasks to setting s: each takes its cheapest mode at s no slower than its
+    current one, or its fastest mode at s (unchanged when it has no mode at s)."""
     out = list(modes)
-    for i in ip.groups[g]:
+    for i in members:
         d_now = ip.durations[i][modes[i]]
         ks = [k for k in range(len(ip.durations[i])) if ip.settings[i][k] == s]
+        if not ks:
+            continue
         fit = [k for k in ks if ip.durations[i][k] <= d_now]
         if fit:
             out[i] = min(fit, key=lambda k: (ip.costs[i][k], ip.durations[i][k]))
@@ -87,6 +91,13 @@ def local_search(
     best = list(modes)
     best_e = ip.evaluate(best, deadline).energy
     cands = candidate_modes(ip)
+    by_device: dict[int, list[int]] = {}
+    for a, b in ip.chain_pairs:
+        for i in (a, b):
+            lst = by_device.setdefault(int(ip.task_device[i]), [])
+            if i not in lst:
+                lst.append(i)
+    chains = list(by_device.values())
     improved = True
     while improved and time.perf_counter() - t0 < time_limit:
         improved = False
@@ -101,7 +112,11 @@ def local_search(
                     moves.append(m)
         for g in range(len(ip.groups)):
             for s in ip.group_settings[g]:
-                moves.append(_group_move(ip, best, g, s))
+                moves.append(_group_move(ip, best, ip.groups[g], s))
+        # A costed device as a whole to one setting (no changes left to pay for).
+        for members in chains:
+            for s in dict.fromkeys(x for i in members for x in ip.settings[i]):
+                moves.append(_group_move(ip, best, members, s))
         for m in moves:
             if time.perf_counter() - t0 > time_limit:
                 break
