@@ -83,6 +83,11 @@ def _group_move(
     return out
 
 
+def groups_consistent(ip: IndexedProblem, modes: Sequence[int]) -> bool:
+    """True when every group's members run at one setting."""
+    return all(len({ip.settings[i][modes[i]] for i in members}) == 1 for members in ip.groups)
+
+
 def local_search(
     ip: IndexedProblem, modes: Sequence[int], deadline: float | None, time_limit: float
 ) -> list[int]:
@@ -120,6 +125,8 @@ def local_search(
         for m in moves:
             if time.perf_counter() - t0 > time_limit:
                 break
+            if not groups_consistent(ip, m):
+                continue
             ev = ip.evaluate(m, deadline)
             if meets(ev.makespan, deadline) and ev.energy < best_e - 1e-12 * max(1.0, abs(best_e)):
                 best, best_e = m, ev.energy
@@ -180,6 +187,8 @@ def relax_coupled(
                 candidates.append(m)
     feasible = []
     for m in candidates:
+        if not groups_consistent(ip, m):
+            continue
         ev = ip.evaluate(m, deadline)
         if meets(ev.makespan, deadline):
             feasible.append((ev.energy, m))

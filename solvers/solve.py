@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from solvers.coupled import relax_coupled
+from solvers.coupled import groups_consistent, relax_coupled
 from solvers.exceptions import InfeasibleDeadline, ProblemError
 from solvers.indexed import IndexedProblem, meets
 from solvers.lns import lns
@@ -256,7 +256,8 @@ def solve(
     elif method == "auto" and status != "optimal":
         status = "time_limit"
         notes.append(f"stopped at the time limit of {time_limit:g} s")
-    if not meets(ip.evaluate(modes).makespan, deadline):  # never hand out a late plan
+    # Never hand out a late plan, or one that splits a group across settings.
+    if not meets(ip.evaluate(modes).makespan, deadline) or not groups_consistent(ip, modes):
         modes = fast
         notes.append("fell back to the fastest plan")
     return build_solution(
