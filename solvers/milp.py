@@ -24,6 +24,7 @@ import time
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pulp
 
 from solvers.hull import pareto_modes, pareto_modes_by_setting
@@ -153,10 +154,12 @@ class _WarmHiGHS(pulp.HiGHS):  # type: ignore[misc,valid-type]
 
     def callSolver(self, lp: pulp.LpProblem) -> None:  # noqa: N802 (PuLP's name)
         if self.warm_start:
+            # Columns follow the `index` PuLP gave each variable when building.
+            values = [0.0] * lp.solverModel.getNumCol()
+            for v in lp.variables():
+                values[v.index] = float(v.varValue) if v.varValue is not None else 0.0
             sol = highspy.HighsSolution()
-            sol.col_value = [
-                float(v.varValue) if v.varValue is not None else 0.0 for v in lp.variables()
-            ]
+            sol.col_value = values
             sol.value_valid = True
             lp.solverModel.setSolution(sol)
         lp.solverModel.run()
@@ -179,6 +182,7 @@ class MilpResult:
     status: str
     solver: str
     message: str = ""
+    objective: float = math.nan
 
 
 def solver_name() -> str:
@@ -200,6 +204,17 @@ def set_initial(model: MilpModel, ip: IndexedProblem, modes: Sequence[int]) -> N
             v.setInitialValue(1.0 if key == s else 0.0)
     for (a, b), v in model.z.items():
         v.setInitialValue(1.0 if ip.settings[a][modes[a]] != ip.settings[b][modes[b]] else 0.0)
+
+
+def _consistent(h: highspy.Highs) -> bool:
+    """True when the solution HiGHS returns has the objective HiGHS reports."""
+    info = h.getInfo()
+    if info.primal_solution_status != 2:
+        return True
+    x = np.asarray(h.getSolution().col_value)
+    value = float(np.dot(np.asarray(h.getLp().col_cost_), x)) + float(h.getLp().offset_)
+    obj = float(info.objective_function_value)
+    return abs(value - obj) <= 1e-6 * max(1.0, abs(obj))
 
 
 def solve_model(
@@ -225,6 +240,12 @@ def solve_model(
         solver.warm_start = warm
         prob.solve(solver)
         h = prob.solverModel
+        if warm and not _consistent(h):
+            # HiGHS 1.16 can return the start solution unchanged with another
+            # solution's objective after presolve; solve again without the start.
+            solver = _WarmHiGHS(mip=mip, msg=False, timeLimit=limit, gapRel=gap, threads=1)
+            prob.solve(solver)
+            h = prob.solverModel
         ms = h.getModelStatus()
         info = h.getInfo()
         st = highspy.HighsModelStatus
@@ -286,11 +307,11 @@ def solve_milp(
     if warm is not None:
         set_initial(model, ip, warm)
     left = time_limit - (time.perf_counter() - t0)
-    status, _, bound = solve_model(model, time_limit=left, gap=gap, warm=warm is not None)
+    status, objective, bound = solve_model(model, time_limit=left, gap=gap, warm=warm is not None)
     name = solver_name()
     if status in ("infeasible", "failed"):
         return MilpResult(None, bound, status, name, f"{name} found no solution ({status})")
-    return MilpResult(read_modes(model), bound, status, name)
+    return MilpResult(read_modes(model), bound, status, name, objective=objective)
 
 
 def relaxation_bound(

@@ -27,7 +27,7 @@ class Solution:
         makespan: s.
         energy: J, E = Σ E_i + transition energy + Σ_dev s̄_dev·(H − busy_dev).
         lower_bound: J, a certified lower bound on the optimum (nan when unknown).
-        gap: (energy − lower_bound) / energy (nan when unknown).
+        gap: (energy − lower_bound) / |energy| (nan when unknown).
         deadline: s, or None.
         solver: which engine produced it, e.g. ``"HiGHS LP + rounding"``.
         method: the `method=` asked for.
@@ -87,9 +87,11 @@ def relative_gap(energy: float, lower_bound: float) -> float:
     """(energy − bound) / energy, clamped at 0; nan when the bound is unknown."""
     if math.isnan(lower_bound):
         return math.nan
-    if energy <= 0:
-        return 0.0 if lower_bound >= energy - 1e-12 else math.inf
-    return max(0.0, (energy - lower_bound) / energy)
+    if energy == 0:
+        return 0.0 if lower_bound >= -1e-12 else math.inf
+    # |energy|: with same-device overlaps and modes drawing less than s̄, totals can
+    # be negative (the idle term removes static power counted twice).
+    return max(0.0, (energy - lower_bound) / abs(energy))
 
 
 def build_solution(

@@ -30,7 +30,7 @@ def test_milp_equals_brute_force(bf, seed: int) -> None:
     _check_plan(bf, problem, sol, deadline)
     assert sol.energy == pytest.approx(opt, rel=1e-6)
     assert sol.status == "optimal"
-    assert sol.lower_bound <= opt * (1 + 1e-6) + 1e-9
+    assert sol.lower_bound <= opt + 1e-6 * abs(opt) + 1e-9
     assert fastest_makespan(problem) == pytest.approx(fastest, rel=1e-12)
 
 
@@ -41,9 +41,9 @@ def test_relax_bounds_the_optimum(bf, seed: int) -> None:
     opt, _, _ = bf.brute_force(problem, deadline)
     sol = solve(problem, deadline, method="relax")
     _check_plan(bf, problem, sol, deadline)
-    assert sol.lower_bound <= opt * (1 + 1e-7) + 1e-9
-    assert sol.energy >= opt * (1 - 1e-9) - 1e-9
-    assert sol.gap == pytest.approx((sol.energy - sol.lower_bound) / sol.energy, abs=1e-12)
+    assert sol.lower_bound <= opt + 1e-7 * abs(opt) + 1e-9
+    assert sol.energy >= opt - 1e-9 * abs(opt) - 1e-9
+    assert sol.gap == pytest.approx((sol.energy - sol.lower_bound) / abs(sol.energy), abs=1e-12)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -63,12 +63,12 @@ def test_unconstrained_is_the_global_minimum(bf, seed: int) -> None:
     for method in ("milp", "relax"):
         sol = solve(problem, None, method=method, gap=1e-9)
         _check_plan(bf, problem, sol, None)
-        assert sol.lower_bound <= opt * (1 + 1e-7) + 1e-9
+        assert sol.lower_bound <= opt + 1e-7 * abs(opt) + 1e-9
         if method == "milp":
             assert sol.energy == pytest.approx(opt, rel=1e-6)
 
 
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("seed", range(30))
 def test_groups_and_transitions_by_brute_force(bf, seed: int) -> None:
     base = bf.random_problem(seed + 200, settings=True, max_tasks=6)
     # Group same-device tasks pairwise; put a transition cost on every device whose
@@ -99,8 +99,8 @@ def test_groups_and_transitions_by_brute_force(bf, seed: int) -> None:
     assert sol.energy == pytest.approx(opt, rel=1e-6)
     relax = solve(problem, deadline, method="relax")
     _check_plan(bf, problem, relax, deadline)
-    assert relax.lower_bound <= opt * (1 + 1e-7) + 1e-9
-    assert relax.energy >= opt * (1 - 1e-9)
+    assert relax.lower_bound <= opt + 1e-7 * abs(opt) + 1e-9
+    assert relax.energy >= opt - 1e-9 * abs(opt) - 1e-9
     names = dict(relax.modes)
     for group in groups:
         settings = {
