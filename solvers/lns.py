@@ -103,6 +103,9 @@ class WindowMIP:
         ] * (n + 1)
         self.highs = new_highs()
         self.highs.setOptionValue("threads", 1)
+        # Windows are many and short: a loose gap (relative to the whole plan's energy)
+        # lets each stop early; a window that comes back worse is simply not taken.
+        self.highs.setOptionValue("mip_rel_gap", 1e-4)
         self.highs.passModel(lp)
         self.ncol = ncol
 
