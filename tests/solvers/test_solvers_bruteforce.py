@@ -28,7 +28,7 @@ def test_milp_equals_brute_force(bf, seed: int) -> None:
     opt, fastest, _ = bf.brute_force(problem, deadline)
     sol = solve(problem, deadline, method="milp", gap=1e-9)
     _check_plan(bf, problem, sol, deadline)
-    assert sol.energy == pytest.approx(opt, rel=1e-6)
+    assert sol.energy == pytest.approx(opt, rel=1e-6, abs=1e-6)
     assert sol.status == "optimal"
     assert sol.lower_bound <= opt + 1e-6 * abs(opt) + 1e-9
     assert fastest_makespan(problem) == pytest.approx(fastest, rel=1e-12)
@@ -53,7 +53,7 @@ def test_auto_reaches_the_optimum(bf, seed: int) -> None:
     opt, _, _ = bf.brute_force(problem, deadline)
     sol = solve(problem, deadline, method="auto", gap=1e-7)
     _check_plan(bf, problem, sol, deadline)
-    assert sol.energy == pytest.approx(opt, rel=1e-6)
+    assert sol.energy == pytest.approx(opt, rel=1e-6, abs=1e-6)
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -65,7 +65,7 @@ def test_unconstrained_is_the_global_minimum(bf, seed: int) -> None:
         _check_plan(bf, problem, sol, None)
         assert sol.lower_bound <= opt + 1e-7 * abs(opt) + 1e-9
         if method == "milp":
-            assert sol.energy == pytest.approx(opt, rel=1e-6)
+            assert sol.energy == pytest.approx(opt, rel=1e-6, abs=1e-6)
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -96,7 +96,7 @@ def test_groups_and_transitions_by_brute_force(bf, seed: int) -> None:
     assert fastest_makespan(problem) == pytest.approx(fastest, rel=1e-9)
     sol = solve(problem, deadline, method="milp", gap=1e-9)
     _check_plan(bf, problem, sol, deadline)
-    assert sol.energy == pytest.approx(opt, rel=1e-6)
+    assert sol.energy == pytest.approx(opt, rel=1e-6, abs=1e-6)
     relax = solve(problem, deadline, method="relax")
     _check_plan(bf, problem, relax, deadline)
     assert relax.lower_bound <= opt + 1e-7 * abs(opt) + 1e-9
