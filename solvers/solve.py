@@ -158,7 +158,7 @@ def solve(
         problem: the problem.
         deadline: s; None finds the energy-minimizing makespan.
         method: ``"relax"`` (LP relaxation, rounding, improvement: fast, gap reported),
-            ``"milp"`` (exact, within `time_limit`) or ``"auto"``: relax with a quarter
+            ``"milp"`` (exact, within `time_limit`) or ``"auto"``: relax with 40 %
             of the time; while the gap exceeds `gap`, windows of tasks re-optimized by
             a MILP (`solvers.lns`, uncoupled problems) with most of the rest; then the
             full MILP warm-started from the best plan, when it can be built in time
@@ -208,7 +208,7 @@ def solve(
         modes, energy = fast, math.inf
     else:
         # auto keeps most of its time for the exact stages that follow.
-        budget = time_limit if method == "relax" else 0.25 * time_limit
+        budget = time_limit if method == "relax" else 0.4 * time_limit
         modes, bound, solver = _relax(ip, deadline, fast, t_fast, budget)
         energy = ip.evaluate(modes, deadline).energy
         if gap_ok(energy):
