@@ -211,8 +211,3 @@ class IndexedProblem:
             transitions=int(z.sum()),
             busy=busy,
         )
-
-    def objective(self, modes: Sequence[int], deadline: float | None = None) -> tuple[float, float]:
-        """(energy J, makespan s) of an assignment; a cheaper call than `evaluate`."""
-        ev = self.evaluate(modes, deadline)
-        return ev.energy, ev.makespan

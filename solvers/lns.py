@@ -3,9 +3,9 @@
 The whole mode-choice MILP (`solvers.milp` documents the model) is built once in HiGHS
 from numpy arrays. Each step frees the tasks of one window — consecutive in the
 current schedule — pins every other task to its current mode through variable bounds,
-and lets HiGHS (warm-started with the current plan) find the best modes for the window
-within a short time limit. A window's result is kept when it is cheaper, evaluated
-exactly with the real durations.
+and lets HiGHS find the best modes for the window within a short time limit (presolve
+removes the pinned part). A window's result is kept when it is cheaper, evaluated
+exactly with the real durations. Sweeps repeat until one brings nothing.
 
 Assumptions:
     No groups and no transition costs.

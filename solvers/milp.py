@@ -314,17 +314,6 @@ def solve_milp(
     return MilpResult(read_modes(model), bound, status, name, objective=objective)
 
 
-def relaxation_bound(
-    ip: IndexedProblem, deadline: float | None, time_limit: float = 60.0
-) -> float | None:
-    """Optimum of the model's LP relaxation, J; None when infeasible."""
-    model = build_model(ip, deadline, relax=True)
-    status, obj, _ = solve_model(model, time_limit=time_limit, gap=0.0, mip=False)
-    if status == "infeasible":
-        return None
-    return obj
-
-
 def min_makespan(ip: IndexedProblem, time_limit: float = 60.0) -> tuple[float, list[int]]:
     """The fastest makespan (s) and an assignment achieving it, by MILP."""
     model = build_model(ip, None, objective="makespan")
