@@ -66,8 +66,11 @@ class Problem:
         E = Σ_i E_i(m_i) + Σ_dev s̄_dev · (H − busy_dev)
 
     where H is the makespan (``hold="makespan"``) or the deadline
-    (``hold="deadline"``), busy_dev the summed task durations (and transition times)
-    on the device, and the sum over devices runs over every key of `idle_power`.
+    (``hold="deadline"``; the makespan when no deadline is given), busy_dev the summed
+    task durations (and transition times) on the device, and the sum over devices runs
+    over every key of `idle_power` (a listed device without tasks idles throughout).
+    Same-device tasks may overlap; busy_dev then exceeds their span and the idle term
+    takes back the static power counted twice (⊕ draws it once).
 
     Attributes:
         tasks: the tasks.
