@@ -14,7 +14,7 @@ from rich.markup import escape
 __all__ = ["UserError", "console", "err_console", "parse_percent", "report_error", "write_json"]
 
 console = Console()
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)  # errors stay one line
 
 
 class UserError(click.ClickException):
