@@ -432,7 +432,7 @@ def solve(problem: Any, deadline_s: float | None, method: str, time_limit_s: flo
 # --------------------------------------------------------------------------------------
 
 
-def lowtime_python(create: bool = True) -> Path:
+def lowtime_python() -> Path:
     """Return the lowtime venv's interpreter, creating the venv on first use.
 
     lowtime is never a project dependency: it lives in ``benchmarks/.venv-lowtime``
@@ -442,10 +442,9 @@ def lowtime_python(create: bool = True) -> Path:
         RuntimeError: when the venv cannot be created, with pip's last lines.
     """
     python = LOWTIME_VENV / "bin" / "python"
-    if python.exists():
+    # A venv whose pip step failed has an interpreter but no lowtime: install again.
+    if python.exists() and any(LOWTIME_VENV.glob("lib/python*/site-packages/lowtime")):
         return python
-    if not create:
-        raise RuntimeError(f"{LOWTIME_VENV} does not exist; run with --setup-lowtime")
     print(f"creating {LOWTIME_VENV} and installing {LOWTIME_REQUIREMENT} …", flush=True)
     steps = [
         [sys.executable, "-m", "venv", str(LOWTIME_VENV)],
@@ -518,7 +517,10 @@ def run_lowtime(
     ``lowtime_runner.py``), and returns the clock of every op after every iteration;
     each plan is re-evaluated here with the measured profile.
     """
-    python = lowtime_python()
+    try:
+        python = lowtime_python()
+    except RuntimeError as exc:
+        return LowtimeRun([], error=f"lowtime unavailable: {exc}", origin="lowtime run")
     with tempfile.TemporaryDirectory(prefix="eopt-lowtime-") as tmp:
         request = Path(tmp) / "request.json"
         reply = Path(tmp) / "reply.json"
@@ -669,8 +671,34 @@ def write_results(name: str, payload: Mapping[str, Any]) -> Path:
     """Write ``benchmarks/results/<name>.json`` (machine-readable numbers of a run)."""
     RESULTS_DIR.mkdir(exist_ok=True)
     path = RESULTS_DIR / f"{name}.json"
-    path.write_text(json.dumps(payload, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    stamped = {"solvers_version": solvers_version(), **payload}
+    path.write_text(json.dumps(stamped, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     return path
+
+
+def solvers_version() -> str:
+    """The last git commit touching ``solvers/`` (+ ``dirty`` when it has local edits)."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", "-C", str(REPO_DIR), *args], capture_output=True, text=True, check=False
+        )
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    commit = git("log", "-1", "--format=%h %cI", "--", "solvers")
+    dirty = git("status", "--porcelain", "--", "solvers")
+    return (commit or "unknown") + (" + uncommitted edits" if dirty else "")
+
+
+def run_main(main: Callable[[], int]) -> None:
+    """Run a benchmark's ``main`` and exit with its status; bad input → one line, status 2."""
+    try:
+        status = main()
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+        print(f"error: {message}", file=sys.stderr)
+        status = 2
+    sys.exit(status)
 
 
 def solvers_available() -> str | None:

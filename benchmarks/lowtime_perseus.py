@@ -339,10 +339,15 @@ def main(argv: list[str] | None = None) -> int:
     verdicts.summary()
     if not args.no_save:
         payload = {"runs": [dict(r, wall_s=w) for r, w in results], "verdicts": verdicts.lines}
-        path = common.write_results("lowtime_perseus" + ("_full" if args.full else ""), payload)
+        suffix = (
+            "_m" + "-".join(map(str, args.microbatches))
+            if args.microbatches
+            else ("_full" if args.full else "")
+        )
+        path = common.write_results("lowtime_perseus" + suffix, payload)
         print(f"numbers written to {path.relative_to(common.REPO_DIR)}")
     return verdicts.exit_status(args.strict)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    common.run_main(main)

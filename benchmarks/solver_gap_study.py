@@ -1,0 +1,168 @@
+"""Where does the relax/auto gap live on 8 × 32? A long exact MILP run, traced.
+
+For each deadline D = factor × T_allmax on ``lowtime_bench/s8_m32_u1ms`` (512 tasks,
+10 clocks, idle power 75 W) this script
+
+1. solves the convex-hull LP (the bound `solvers` reports),
+2. finds the best plan `solvers.solve(method="auto")` gives in `--start-limit` s,
+3. runs HiGHS's MILP on the exact model (Pareto modes only, single thread), warm
+   started from that plan, for `--time-limit` s, and records the incumbent and the
+   proven bound over time (HiGHS callbacks).
+
+If the proven bound climbs well above the LP bound, the LP bound is loose; if the
+incumbent drops well below the start plan, the plans are weak. The numbers go to
+``benchmarks/results/solver_gap_<tag>.json``.
+
+Examples:
+    python3 benchmarks/solver_gap_study.py --factors 1.05 --time-limit 420 --tag 8x32_105
+    python3 benchmarks/solver_gap_study.py --factors 1.05,1.2 --time-limit 30 --no-save
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common as common
+
+IDLE_POWER_W = 75.0
+CASE = "s8_m32_u1ms"
+
+
+def traced_milp(ip: Any, deadline: float, warm: list[int], time_limit: float) -> dict[str, Any]:
+    """Run HiGHS's MILP from `warm`; return the incumbent/bound trace and the result."""
+    import highspy
+
+    from solvers.lns import WindowMIP
+
+    mip = WindowMIP(ip, deadline)
+    mip._pin(warm, np.ones(ip.n, dtype=bool))
+    h = mip.highs
+    h.setOptionValue("mip_rel_gap", 1e-6)
+    h.setOptionValue("time_limit", float(time_limit))
+    ev = ip.evaluate(warm)
+    x = np.zeros(mip.ncol)
+    for i, m in enumerate(warm):
+        x[mip.first[i] + mip.modes[i].index(m)] = 1.0
+    x[mip.nx : mip.nx + ip.n] = ev.starts
+    x[mip.nx + ip.n] = ev.makespan
+    sol = highspy.HighsSolution()
+    sol.col_value = x.tolist()
+    sol.value_valid = True
+    h.setSolution(sol)
+    trace: list[dict[str, float]] = []
+    t0 = time.perf_counter()
+
+    def record(event: Any) -> None:
+        out = event.data_out
+        point = {
+            "t_s": time.perf_counter() - t0,
+            "incumbent_j": float(out.mip_primal_bound) + mip.offset,
+            "bound_j": float(out.mip_dual_bound) + mip.offset,
+            "nodes": float(out.mip_node_count),
+        }
+        if not trace or (
+            point["incumbent_j"] != trace[-1]["incumbent_j"]
+            or point["bound_j"] > trace[-1]["bound_j"] + 1e-9
+        ):
+            trace.append(point)
+
+    h.cbMipInterrupt.subscribe(record)
+    h.cbMipImprovingSolution.subscribe(record)
+    h.run()
+    info = h.getInfo()
+    final = {
+        "status": h.modelStatusToString(h.getModelStatus()),
+        "incumbent_j": float(info.objective_function_value) + mip.offset,
+        "bound_j": float(info.mip_dual_bound) + mip.offset,
+        "nodes": int(info.mip_node_count),
+        "wall_s": time.perf_counter() - t0,
+    }
+    return {"trace": trace, "final": final}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the study; return the exit status."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--factors", type=lambda s: [float(x) for x in s.split(",")], default=[1.05]
+    )
+    parser.add_argument("--time-limit", type=float, default=420.0, help="MILP seconds per factor")
+    parser.add_argument("--start-limit", type=float, default=10.0, help="auto seconds (start plan)")
+    parser.add_argument("--tag", default="8x32", help="results file solver_gap_<tag>.json")
+    parser.add_argument("--no-save", action="store_true")
+    args = parser.parse_args(argv)
+
+    import solvers
+    from solvers.indexed import IndexedProblem
+    from solvers.lp import HullLP
+
+    base = common.data_dir() / "lowtime_bench" / CASE
+    dag = common.read_lowtime_dag(base / "dag.json")
+    profile = common.read_stage_profile(base / "profile.csv")
+    evaluator = common.PlanEvaluator(dag, profile, IDLE_POWER_W)
+    allmax = evaluator.uniform(evaluator.max_clock())
+    built = common.build_problem(dag, profile, IDLE_POWER_W)
+    ip = IndexedProblem(built.problem)
+    runs = []
+    for factor in args.factors:
+        deadline = factor * allmax.makespan_s
+        lp = HullLP(ip)
+        lp.set_deadline(deadline)
+        lp_bound = lp.solve().energy_bound(ip, deadline)
+        start = solvers.solve(built.problem, deadline, method="auto", time_limit=args.start_limit)
+        warm = [start.modes[name] for name in ip.names]
+        print(
+            f"{factor:.2f}× D={deadline:.4f} s: LP bound {lp_bound:.2f} J, auto "
+            f"{start.energy:.2f} J (gap {start.gap:.3%}, {start.wall_time_s:.1f} s)",
+            flush=True,
+        )
+        res = traced_milp(ip, deadline, warm, args.time_limit)
+        fin = res["final"]
+        print(
+            f"  MILP {fin['wall_s']:.0f} s: incumbent {fin['incumbent_j']:.2f} J, bound "
+            f"{fin['bound_j']:.2f} J ({fin['status']}, {fin['nodes']} nodes)",
+            flush=True,
+        )
+        for p in res["trace"][:: max(1, len(res["trace"]) // 25)]:
+            print(
+                f"    {p['t_s']:7.1f} s  incumbent {p['incumbent_j']:.2f}  bound {p['bound_j']:.2f}"
+            )
+        runs.append(
+            {
+                "factor": factor,
+                "deadline_s": deadline,
+                "lp_bound_j": lp_bound,
+                "start_energy_j": start.energy,
+                "start_solver": start.solver,
+                "start_wall_s": start.wall_time_s,
+                "milp_time_limit_s": args.time_limit,
+                "milp": res["final"],
+                "trace": res["trace"],
+                "incumbent_below_start": (start.energy - fin["incumbent_j"]) / start.energy,
+                "bound_above_lp": (fin["bound_j"] - lp_bound) / start.energy,
+            }
+        )
+    if not args.no_save:
+        path = common.write_results(
+            f"solver_gap_{args.tag}",
+            {
+                "case": CASE,
+                "t_allmax_s": allmax.makespan_s,
+                "idle_power_w": IDLE_POWER_W,
+                "runs": runs,
+            },
+        )
+        print(f"numbers written to {path.relative_to(common.REPO_DIR)}")
+    return 0
+
+
+if __name__ == "__main__":
+    common.run_main(main)
