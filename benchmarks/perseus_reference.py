@@ -31,7 +31,9 @@ P_BLOCK_W = 83.64
 
 
 def _profile() -> Path:
-    base = Path(os.environ.get("EOPT_DATA_DIR", "/work/shared/data"))
+    base = Path(
+        os.environ.get("EOPT_DATA_DIR") or Path(__file__).resolve().parents[2] / "shared" / "data"
+    )
     return base / "perseus_sosp24" / "stage_profile" / "gpt3-175b+a100_sxm_bf16.csv"
 
 

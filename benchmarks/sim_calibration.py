@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -39,9 +40,16 @@ from eopt.devices.sim_physics import GpuPhysics, KernelDemand, static_power_w, s
 from eopt.devices.sim_profiles import GpuProfile, load_profile
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = Path("/work/shared/data/perseus_sosp24/stage_profile")
-if not DATA.is_dir():
-    DATA = ROOT / "shared" / "data" / "perseus_sosp24" / "stage_profile"
+# The project's shared data sit beside the checkout (../shared/data); EOPT_DATA_DIR overrides.
+DATA = (
+    (
+        Path(os.environ["EOPT_DATA_DIR"])
+        if os.environ.get("EOPT_DATA_DIR")
+        else ROOT.parent / "shared" / "data"
+    )
+    / "perseus_sosp24"
+    / "stage_profile"
+)
 PROFILES = ROOT / "eopt" / "devices" / "profiles"
 MODEL = "A100-SXM4-80GB"
 P_BLOCK_W = 83.64  # Perseus' measured blocking (idle, ready) power of this A100

@@ -8,6 +8,7 @@ Targets: time within 3 %, energy within 5 % at every clock of every stage.
 from __future__ import annotations
 
 import csv
+import os
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,13 @@ from eopt.devices.sim_kernels import get_kernel
 from eopt.devices.sim_physics import steady_state_run
 from eopt.devices.sim_profiles import load_profile
 
-DATA = Path("/work/shared/data/perseus_sosp24/stage_profile")
+# The project's shared data sit beside the checkout (../shared/data); EOPT_DATA_DIR overrides.
+SHARED_DATA = (
+    Path(os.environ["EOPT_DATA_DIR"])
+    if os.environ.get("EOPT_DATA_DIR")
+    else Path(__file__).resolve().parents[3] / "shared" / "data"
+)
+DATA = SHARED_DATA / "perseus_sosp24/stage_profile"
 CURVES = {
     "perseus_gpt3_fwd": ("gpt3-175b+a100_sxm_bf16.csv", "forward"),
     "perseus_gpt3_bwd": ("gpt3-175b+a100_sxm_bf16.csv", "backward"),

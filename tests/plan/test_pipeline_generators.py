@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import networkx as nx
@@ -12,7 +13,13 @@ from eopt.plan.perseus import ProfileError, read_perseus_profile, stage_count
 from eopt.plan.pipeline import gpipe_order, one_f_one_b_order, pipeline_plan, task_name
 from eopt.plan.planfile import PlanError
 
-DATA = Path("/work/shared/data")
+# The project's shared data sit beside the checkout (../shared/data); EOPT_DATA_DIR overrides.
+SHARED_DATA = (
+    Path(os.environ["EOPT_DATA_DIR"])
+    if os.environ.get("EOPT_DATA_DIR")
+    else Path(__file__).resolve().parents[3] / "shared" / "data"
+)
+DATA = SHARED_DATA
 DAG = DATA / "lowtime_bench" / "s4_m8_u1ms" / "dag.json"
 GPT3_A100 = DATA / "perseus_sosp24" / "stage_profile" / "gpt3-175b+a100_sxm_bf16.csv"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import itertools
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,13 @@ from eopt.cli import cli, main
 from eopt.plan.planfile import read_plan
 from eopt.plan.schedule import read_schedule
 
-GPT3_A100 = Path("/work/shared/data/perseus_sosp24/stage_profile/gpt3-175b+a100_sxm_bf16.csv")
+# The project's shared data sit beside the checkout (../shared/data); EOPT_DATA_DIR overrides.
+SHARED_DATA = (
+    Path(os.environ["EOPT_DATA_DIR"])
+    if os.environ.get("EOPT_DATA_DIR")
+    else Path(__file__).resolve().parents[3] / "shared" / "data"
+)
+GPT3_A100 = SHARED_DATA / "perseus_sosp24/stage_profile/gpt3-175b+a100_sxm_bf16.csv"
 
 
 def _run(args: list[str]) -> str:

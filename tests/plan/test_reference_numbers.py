@@ -1,6 +1,6 @@
 """Plans priced and solved against numbers computed outside eopt.
 
-``/work/shared/data/lowtime_bench/s4_m8_u1ms/summary.json`` holds the true energy of the
+``../shared/data/lowtime_bench/s4_m8_u1ms/summary.json`` holds the true energy of the
 4-stage × 8-microbatch 1F1B iteration at every uniform clock, recomputed from the
 measured profile with Perseus's accounting Σ E_i + P_block·(S·T − Σ t_i), and the
 README quotes exact MILP optima for deadlines relative to the all-max-clock makespan.
@@ -9,6 +9,7 @@ README quotes exact MILP optima for deadlines relative to the all-max-clock make
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,13 @@ from eopt.plan.solve import baseline, solve_plan
 from solvers import evaluate
 
 Case = tuple[Plan, Library, dict[str, Any]]
-BENCH = Path("/work/shared/data/lowtime_bench/s4_m8_u1ms")
+# The project's shared data sit beside the checkout (../shared/data); EOPT_DATA_DIR overrides.
+SHARED_DATA = (
+    Path(os.environ["EOPT_DATA_DIR"])
+    if os.environ.get("EOPT_DATA_DIR")
+    else Path(__file__).resolve().parents[3] / "shared" / "data"
+)
+BENCH = SHARED_DATA / "lowtime_bench/s4_m8_u1ms"
 
 
 @pytest.fixture(scope="module")

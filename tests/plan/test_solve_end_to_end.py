@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 from pathlib import Path
 
 import networkx as nx
@@ -29,7 +30,13 @@ from eopt.plan.problem import build_problem
 from eopt.plan.schedule import Schedule, read_schedule, write_schedule
 from eopt.plan.solve import solve_plan
 
-GPT3_A100 = Path("/work/shared/data/perseus_sosp24/stage_profile/gpt3-175b+a100_sxm_bf16.csv")
+# The project's shared data sit beside the checkout (../shared/data); EOPT_DATA_DIR overrides.
+SHARED_DATA = (
+    Path(os.environ["EOPT_DATA_DIR"])
+    if os.environ.get("EOPT_DATA_DIR")
+    else Path(__file__).resolve().parents[3] / "shared" / "data"
+)
+GPT3_A100 = SHARED_DATA / "perseus_sosp24/stage_profile/gpt3-175b+a100_sxm_bf16.csv"
 IDLE_W = 100.0
 CLOCKS = (1400, 1200, 1000, 800)
 
