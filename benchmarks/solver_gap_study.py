@@ -16,6 +16,7 @@ incumbent drops well below the start plan, the plans are weak. The numbers go to
 Examples:
     python3 benchmarks/solver_gap_study.py --factors 1.05 --time-limit 420 --tag 8x32_105
     python3 benchmarks/solver_gap_study.py --factors 1.05,1.2 --time-limit 30 --no-save
+    python3 benchmarks/solver_gap_study.py --factors 1.0,1.05,1.1,1.2,1.3 --no-milp --tag 8x32_auto
 """
 
 from __future__ import annotations
@@ -96,7 +97,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--time-limit", type=float, default=420.0, help="MILP seconds per factor")
     parser.add_argument("--start-limit", type=float, default=10.0, help="auto seconds (start plan)")
+    parser.add_argument("--case", default=CASE, help="lowtime_bench folder (default s8_m32_u1ms)")
     parser.add_argument("--tag", default="8x32", help="results file solver_gap_<tag>.json")
+    parser.add_argument(
+        "--no-milp", action="store_true", help="only the LP bound and the auto plan (target A)"
+    )
     parser.add_argument("--no-save", action="store_true")
     args = parser.parse_args(argv)
 
@@ -104,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     from solvers.indexed import IndexedProblem
     from solvers.lp import HullLP
 
-    base = common.data_dir() / "lowtime_bench" / CASE
+    base = common.data_dir() / "lowtime_bench" / args.case
     dag = common.read_lowtime_dag(base / "dag.json")
     profile = common.read_stage_profile(base / "profile.csv")
     evaluator = common.PlanEvaluator(dag, profile, IDLE_POWER_W)
@@ -124,6 +129,21 @@ def main(argv: list[str] | None = None) -> int:
             f"{start.energy:.2f} J (gap {start.gap:.3%}, {start.wall_time_s:.1f} s)",
             flush=True,
         )
+        if args.no_milp:
+            runs.append(
+                {
+                    "factor": factor,
+                    "deadline_s": deadline,
+                    "lp_bound_j": lp_bound,
+                    "start_energy_j": start.energy,
+                    "start_lower_bound_j": start.lower_bound,
+                    "start_gap_vs_lp": (start.energy - lp_bound) / start.energy,
+                    "start_gap": start.gap,
+                    "start_solver": start.solver,
+                    "start_wall_s": start.wall_time_s,
+                }
+            )
+            continue
         res = traced_milp(ip, deadline, warm, args.time_limit)
         fin = res["final"]
         print(

@@ -15,9 +15,14 @@
 frontier sweeps; `relax_search` runs it, a sweep of deadlines from the fastest
 makespan, and diving, and keeps the best plan.
 
-Integrality: the hull LP bound is loose on pipelines (many tasks sit between two modes
-at once); on the 8 × 32 1F1B benchmark it lies 0.4–0.8 % below the best plans known,
-and a 120-s MILP only closes part of that.
+Integrality: the hull LP bound is loose on 1F1B pipelines (about 200 of 512 tasks sit
+between two modes at once, and no discrete plan fits every tight path as the LP does).
+On ``lowtime_bench/s4_m8_u1ms`` at 1.05 × T_allmax a 150-s MILP proves the optimum at
+least 0.16 % above the LP bound (LP 1963.20 J, proven ≥ 1966.42 J, best 1967.78 J). On
+8 × 32 a 7-minute MILP from the best plan raises the bound by only 0.12 % (1.05 ×) and
+0.10 % (1.20 ×) and lowers the plan by 0.05 % and 0 %
+(``benchmarks/results/solver_gap_8x32_*.json``): most of the 0.5–0.6 % gap there is
+most likely in the bound, not in the plans.
 
 Assumptions:
     No groups and no transition costs (see `solvers.coupled` for those).
@@ -26,7 +31,7 @@ Assumptions:
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -208,6 +213,72 @@ def relax_once(
 #: Diving batch sizes tried in turn by `relax_search` while time remains.
 DIVE_BATCHES = (0.2, 0.05, 1.0)
 
+#: A dive is started only with time for this many warm relax steps left.
+DIVE_STEPS = 20
+
+#: Deadlines per sweep, one sweep after another while time remains. Different step
+#: counts pass through different plans; on pipelines each sweep can find a cheaper one.
+SWEEP_STEPS = (40, 100, 25, 70)
+
+
+def sweep(
+    lp: HullLP,
+    start: float,
+    end: float | None,
+    steps: int,
+    time_left: Callable[[], float],
+    *,
+    stop: float,
+    step_cost: float = 0.0,
+) -> tuple[RelaxResult | None, float]:
+    """Follow the frontier from deadline `start` (s) to `end`; the plan at `end`.
+
+    Each step solves the LP at the next deadline, rounds, and also improves the plan of
+    the previous (tighter) step (`relax_once` with it as seed), so good structure found
+    at tight deadlines carries over to looser ones. When the time left no longer covers
+    the steps planned, the remaining ones are spread wider; the sweep always ends with a
+    plan for `end` (None only when `end` is infeasible).
+
+    Args:
+        lp: the problem's LP (no pinned tasks).
+        start: first deadline, s (the fastest makespan).
+        end: the deadline wanted, s, or None (no deadline at the last step).
+        steps: deadlines in the sweep, the last one included.
+        time_left: seconds left to the caller.
+        stop: where the steps end, s: `end`, or the LP's makespan when `end` is None.
+        step_cost: s, the caller's estimate of one step.
+
+    Returns:
+        (the plan at `end`, the mean step seen (or the estimate given), s).
+    """
+    seeds: list[list[int]] = []
+    deadlines: list[float] = []
+    if stop > start * (1 + 1e-9):
+        deadlines = np.linspace(start, stop, max(2, steps))[:-1].tolist()
+    spent, done = 0.0, 0
+    k = 0
+    while k < len(deadlines):
+        estimate = 1.2 * spent / done if done else step_cost
+        if estimate > 0:
+            # Steps that still fit, keeping one for `end`; when fewer than planned,
+            # the rest are spread wider (a long jump to `end` loses the structure).
+            fit = int(time_left() / estimate) - 1
+            if fit <= 0:
+                break
+            if fit < len(deadlines) - k:
+                deadlines[k:] = np.linspace(deadlines[k], stop, fit + 1)[:-1].tolist()
+        t0 = time.perf_counter()
+        res = relax_once(lp, deadlines[k], seeds)
+        spent += time.perf_counter() - t0
+        done += 1
+        if res is not None:
+            seeds = [res.modes]
+        k += 1
+    step_cost = max(step_cost, spent / done) if done else step_cost
+    t0 = time.perf_counter()
+    res = relax_once(lp, end, seeds)
+    return res, max(step_cost, time.perf_counter() - t0)
+
 
 def relax_search(
     lp: HullLP,
@@ -215,24 +286,23 @@ def relax_search(
     t_fast: float,
     *,
     time_limit: float = 60.0,
-    sweep_steps: int = 40,
 ) -> RelaxResult | None:
     """The relax method's full search; the best of three plan generators.
 
     1. One LP solve, rounding and slack-to-energy improvement (`relax_once`).
-    2. A sweep: deadlines from the fastest makespan up to `deadline`, each plan seeding
-       the next (`relax_once` with the previous plan as seed); it follows the frontier
-       and so carries good structure from tight to loose deadlines.
-    3. LP diving with several batch sizes (`relax_assign`).
+    2. Sweeps (`sweep`): deadlines from the fastest makespan up to `deadline`, each
+       plan seeding the next; one sweep per entry of `SWEEP_STEPS` while time remains.
+       On 1F1B pipelines this is the strongest generator (16 × 128 × 30 at 1.05 ×
+       T_allmax: 0.82 % above the bound after one LP, 0.74 % after a 40-step sweep).
+    3. LP diving with several batch sizes (`relax_assign`), with the time left.
 
     Each stage only runs while the time left allows it. None when infeasible.
 
     Args:
         lp: the problem's LP.
         deadline: s, or None.
-        t_fast: the fastest makespan, s (start of the sweep).
+        t_fast: the fastest makespan, s (start of the sweeps).
         time_limit: s of wall time.
-        sweep_steps: most deadlines in the sweep.
     """
     t0 = time.perf_counter()
     ip = lp.ip
@@ -242,7 +312,10 @@ def relax_search(
         return None
     best = first
     best_e = ip.evaluate(first.modes, deadline).energy
-    step_cost = time.perf_counter() - t0
+    # A warm step (the cold LP solve above is far slower on large problems).
+    t1 = time.perf_counter()
+    relax_once(lp, deadline)
+    step_cost = time.perf_counter() - t1
 
     def consider(res: RelaxResult | None) -> None:
         nonlocal best, best_e
@@ -255,21 +328,21 @@ def relax_search(
     def left() -> float:
         return time_limit - (time.perf_counter() - t0)
 
-    end = deadline if deadline is not None else first.lp_point.horizon
-    steps = int(min(sweep_steps, max(0, 0.3 * time_limit / max(step_cost, 1e-3))))
-    if steps >= 2 and end > t_fast * (1 + 1e-9):
-        seeds: list[list[int]] = []
-        last = None
-        for d in np.linspace(t_fast, end, steps)[:-1]:
-            if left() < 0.5 * time_limit:
-                break
-            last = relax_once(lp, float(d), seeds)
-            if last is not None:
-                seeds = [last.modes]
-        if last is not None:
-            consider(relax_once(lp, deadline, seeds))
+    def done() -> bool:
+        return relative_gap(best_e, first.bound) <= 1e-9
+
+    stop = deadline if deadline is not None else first.lp_point.horizon
+    for steps in SWEEP_STEPS:
+        # A sweep squeezed into less than a third of its steps gains little over one LP.
+        if done():
+            break
+        if left() < max(3.0, steps / 3) * step_cost:
+            continue  # a later, shorter sweep may still fit
+        res, step_cost = sweep(lp, t_fast, deadline, steps, left, stop=stop, step_cost=step_cost)
+        consider(res)
     for batch in DIVE_BATCHES:
-        if relative_gap(best_e, first.bound) <= 1e-9 or left() < 2 * step_cost:
+        # A dive re-solves the LP dozens of times and then improves the plan.
+        if done() or left() < DIVE_STEPS * step_cost:
             break
         consider(relax_assign(lp, deadline, time_limit=left(), batch=batch))
     lp.unfix_all()
