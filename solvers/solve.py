@@ -178,9 +178,9 @@ def solve(
             ``"milp"`` (exact, within `time_limit`) or ``"auto"``: relax with 40 %
             of the time (85 % above `LARGE_COLUMNS` modes); while the gap exceeds
             `gap`, windows of tasks re-optimized by a MILP (`solvers.lns`, uncoupled
-            problems) with most of the rest; then the
-            full MILP warm-started from the best plan, when it can be built in time
-            (its bound often tightens the gap). The best plan found is returned.
+            problems) with most of the rest; then the full MILP warm-started from the
+            best plan, when it can be built in time (its bound often tightens the gap).
+            The best plan found is returned.
         time_limit: s of wall time, roughly (model building can add to it).
         gap: relative optimality gap that counts as optimal.
 
