@@ -230,7 +230,8 @@ def sweep(
     *,
     stop: float,
     step_cost: float = 0.0,
-) -> tuple[RelaxResult | None, float]:
+    end_cost: float = 0.0,
+) -> tuple[RelaxResult | None, float, float]:
     """Follow the frontier from deadline `start` (s) to `end`; the plan at `end`.
 
     Each step solves the LP at the next deadline, rounds, and also improves the plan of
@@ -247,9 +248,11 @@ def sweep(
         time_left: seconds left to the caller.
         stop: where the steps end, s: `end`, or the LP's makespan when `end` is None.
         step_cost: s, the caller's estimate of one step.
+        end_cost: s, the caller's estimate of the last step (at `end` the slack-to-
+            energy improvement has the most to do, so it is the slowest step).
 
     Returns:
-        (the plan at `end`, the mean step seen (or the estimate given), s).
+        (the plan at `end`, the mean step, the last step), times in s.
     """
     seeds: list[list[int]] = []
     deadlines: list[float] = []
@@ -260,9 +263,9 @@ def sweep(
     while k < len(deadlines):
         estimate = 1.2 * spent / done if done else step_cost
         if estimate > 0:
-            # Steps that still fit, keeping one for `end`; when fewer than planned,
+            # Steps that still fit, keeping time for `end`; when fewer than planned,
             # the rest are spread wider (a long jump to `end` loses the structure).
-            fit = int(time_left() / estimate) - 1
+            fit = int((time_left() - end_cost) / estimate)
             if fit <= 0:
                 break
             if fit < len(deadlines) - k:
@@ -274,10 +277,10 @@ def sweep(
         if res is not None:
             seeds = [res.modes]
         k += 1
-    step_cost = max(step_cost, spent / done) if done else step_cost
+    step_cost = spent / done if done else step_cost
     t0 = time.perf_counter()
     res = relax_once(lp, end, seeds)
-    return res, max(step_cost, time.perf_counter() - t0)
+    return res, step_cost, time.perf_counter() - t0
 
 
 def relax_search(
@@ -310,6 +313,7 @@ def relax_search(
     first = relax_once(lp, deadline)
     if first is None:
         return None
+    end_cost = time.perf_counter() - t0  # an overestimate: the LP was cold
     best = first
     best_e = ip.evaluate(first.modes, deadline).energy
     # A warm step (the cold LP solve above is far slower on large problems).
@@ -333,12 +337,15 @@ def relax_search(
 
     stop = deadline if deadline is not None else first.lp_point.horizon
     for steps in SWEEP_STEPS:
-        # A sweep squeezed into less than a third of its steps gains little over one LP.
         if done():
             break
-        if left() < max(3.0, steps / 3) * step_cost:
-            continue  # a later, shorter sweep may still fit
-        res, step_cost = sweep(lp, t_fast, deadline, steps, left, stop=stop, step_cost=step_cost)
+        # A sweep spreads its steps wider when time is short; below about ten steps
+        # it gains little over one LP.
+        if left() < end_cost + min(steps, 10) * step_cost:
+            break
+        res, step_cost, end_cost = sweep(
+            lp, t_fast, deadline, steps, left, stop=stop, step_cost=step_cost, end_cost=end_cost
+        )
         consider(res)
     for batch in DIVE_BATCHES:
         # A dive re-solves the LP dozens of times and then improves the plan.

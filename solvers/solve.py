@@ -148,18 +148,16 @@ def _milp_fits(ip: IndexedProblem, seconds: float) -> bool:
     return columns / 40_000 < 0.5 * seconds
 
 
-#: Above this many MILP columns (Pareto modes in all) auto leaves the MILP stages only
-#: what the relax search does not use: on 16 × 128 × 30 (123 k columns) the MILP's
+#: Above this many MILP columns (Pareto modes in all) auto gives the relax search all
+#: its time and skips the MILP stages: on 16 × 128 × 30 (123 k columns) the MILP's
 #: root LP alone takes over 30 s and windows of 24 tasks find nothing in 40 s, while
-#: each relax sweep finds a cheaper plan.
+#: relax sweeps find cheaper plans.
 LARGE_COLUMNS = 20_000
 
 
-def _relax_share(ip: IndexedProblem) -> float:
-    """Share of auto's time limit given to the relax search."""
-    if ip.coupled:
-        return 0.4
-    return 0.85 if sum(len(m) for m in candidate_modes(ip)) > LARGE_COLUMNS else 0.4
+def _is_large(ip: IndexedProblem) -> bool:
+    """True above `LARGE_COLUMNS` modelled modes (uncoupled problems only)."""
+    return not ip.coupled and sum(len(m) for m in candidate_modes(ip)) > LARGE_COLUMNS
 
 
 def solve(
@@ -176,11 +174,11 @@ def solve(
         deadline: s; None finds the energy-minimizing makespan.
         method: ``"relax"`` (LP relaxation, rounding, improvement: fast, gap reported),
             ``"milp"`` (exact, within `time_limit`) or ``"auto"``: relax with 40 %
-            of the time (85 % above `LARGE_COLUMNS` modes); while the gap exceeds
-            `gap`, windows of tasks re-optimized by a MILP (`solvers.lns`, uncoupled
-            problems) with most of the rest; then the full MILP warm-started from the
-            best plan, when it can be built in time (its bound often tightens the gap).
-            The best plan found is returned.
+            of the time; while the gap exceeds `gap`, windows of tasks re-optimized
+            by a MILP (`solvers.lns`, uncoupled problems) with most of the rest; then
+            the full MILP warm-started from the best plan, when it can be built in
+            time (its bound often tightens the gap). The best plan found is returned.
+            Above `LARGE_COLUMNS` modes auto is relax with all the time.
         time_limit: s of wall time, roughly (model building can add to it).
         gap: relative optimality gap that counts as optimal.
 
@@ -225,15 +223,16 @@ def solve(
     def gap_ok(energy: float) -> bool:
         return relative_gap(energy, bound) <= gap * (1 + 1e-6) + 1e-12
 
+    large = method == "auto" and _is_large(ip)
     if method == "milp":
         modes, energy = fast, math.inf
     else:
-        budget = left() if method == "relax" else _relax_share(ip) * time_limit - elapsed()
+        budget = left() if method == "relax" or large else 0.4 * time_limit - elapsed()
         modes, bound, solver = _relax(ip, deadline, fast, t_fast, budget)
         energy = ip.evaluate(modes, deadline).energy
         if gap_ok(energy):
             status = "optimal"
-    if method == "auto" and status != "optimal" and not ip.coupled and left() > 0.5:
+    if method == "auto" and status != "optimal" and not (ip.coupled or large) and left() > 0.5:
         better = lns(ip, modes, deadline, time_limit=0.6 * left())
         e = ip.evaluate(better, deadline).energy
         if e < energy:
@@ -242,7 +241,11 @@ def solve(
         if gap_ok(energy):
             status = "optimal"
     run_milp = method == "milp" or (
-        method == "auto" and status != "optimal" and left() > 0.5 and _milp_fits(ip, left())
+        method == "auto"
+        and status != "optimal"
+        and not large
+        and left() > 0.5
+        and _milp_fits(ip, left())
     )
     if run_milp:
         warm = modes if method == "auto" else fast

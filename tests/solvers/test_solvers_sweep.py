@@ -27,8 +27,8 @@ def test_sweep_plan_is_feasible_and_no_better_than_the_optimum(bf, seed: int, st
     problem, ip, lp, deadline, t_fast = _setup(bf, seed)
     if not meets(t_fast, deadline):
         pytest.fail("deadline_between gave a deadline below the fastest makespan")
-    res, step_cost = sweep(lp, t_fast, deadline, steps, lambda: 60.0, stop=deadline)
-    assert res is not None and step_cost >= 0
+    res, step_cost, end_cost = sweep(lp, t_fast, deadline, steps, lambda: 60.0, stop=deadline)
+    assert res is not None and step_cost >= 0 and end_cost >= 0
     assign = {name: res.modes[i] for i, name in enumerate(ip.names)}
     makespan, energy = bf.true_evaluate(problem, assign, deadline)
     opt, _, _ = bf.brute_force(problem, deadline)
@@ -40,7 +40,7 @@ def test_sweep_plan_is_feasible_and_no_better_than_the_optimum(bf, seed: int, st
 @pytest.mark.parametrize("seed", SEEDS)
 def test_sweep_without_time_still_ends_at_the_deadline(bf, seed: int) -> None:
     problem, ip, lp, deadline, t_fast = _setup(bf, seed)
-    res, _ = sweep(lp, t_fast, deadline, 50, lambda: 0.0, stop=deadline)
+    res, _, _ = sweep(lp, t_fast, deadline, 50, lambda: 0.0, stop=deadline)
     assert res is not None
     assign = {name: res.modes[i] for i, name in enumerate(ip.names)}
     assert bf.true_evaluate(problem, assign, deadline)[0] <= deadline * (1 + 1e-9)
