@@ -15,6 +15,7 @@ with ``T`` the longest path through the DAG using the measured ``t_i(f_i)``.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import os
@@ -715,3 +716,19 @@ def solvers_available() -> str | None:
         n for n in ("Mode", "Task", "Problem", "solve", "frontier") if not hasattr(solvers, n)
     ]
     return f"solvers lacks {', '.join(missing)}" if missing else None
+
+
+def add_report_options(parser: argparse.ArgumentParser, results_name: str) -> None:
+    """Add the options every solver benchmark shares: --time-limit, --strict, --no-save."""
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        default=None,
+        help="time_limit (s) passed to solvers.solve (default: the solver's own, 60 s)",
+    )
+    parser.add_argument("--strict", action="store_true", help="exit 1 when any line FAILs")
+    parser.add_argument(
+        "--no-save",
+        action="store_true",
+        help=f"do not write benchmarks/results/{results_name}.json",
+    )

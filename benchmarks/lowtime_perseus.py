@@ -303,18 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="stop lowtime after this many seconds of solving (partial frontier)",
     )
-    parser.add_argument(
-        "--time-limit",
-        type=float,
-        default=None,
-        help="time_limit (s) passed to solvers.solve (default: the solver's own, 60 s)",
-    )
-    parser.add_argument("--strict", action="store_true", help="exit 1 when any line FAILs")
-    parser.add_argument(
-        "--no-save",
-        action="store_true",
-        help="do not write benchmarks/results/lowtime_perseus.json",
-    )
+    common.add_report_options(parser, "lowtime_perseus")
     args = parser.parse_args(argv)
 
     configs = args.configs or [f"{m}+{g}" for g in GPUS for m in MODELS]

@@ -434,18 +434,7 @@ def main(argv: list[str] | None = None) -> int:
         default=FRONTIER_MIN_POINTS,
         help="num_points asked of solvers.frontier (default 100)",
     )
-    parser.add_argument(
-        "--time-limit",
-        type=float,
-        default=None,
-        help="time_limit (s) passed to solvers.solve (default: the solver's own, 60 s)",
-    )
-    parser.add_argument("--strict", action="store_true", help="exit 1 when any line FAILs")
-    parser.add_argument(
-        "--no-save",
-        action="store_true",
-        help="do not write benchmarks/results/lowtime_synthetic.json",
-    )
+    common.add_report_options(parser, "lowtime_synthetic")
     args = parser.parse_args(argv)
     verdicts = common.Verdicts()
     results = [run_case(case, args, verdicts) for case in (args.cases or DEFAULT_CASES)]

@@ -98,16 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--save-profile", type=Path, help="also write the generated profile CSV here"
     )
-    parser.add_argument(
-        "--time-limit",
-        type=float,
-        default=None,
-        help="time_limit (s) passed to solvers.solve (default: the solver's own, 60 s)",
-    )
-    parser.add_argument("--strict", action="store_true", help="exit 1 when any line FAILs")
-    parser.add_argument(
-        "--no-save", action="store_true", help="do not write benchmarks/results/solver_scale.json"
-    )
+    common.add_report_options(parser, "solver_scale")
     args = parser.parse_args(argv)
 
     verdicts = common.Verdicts()
