@@ -33,9 +33,9 @@ from typing import Any
 
 import numpy as np
 from scipy.special import ndtr
-from scipy.stats import norm
 
 from eopt.calculus.signature import Signature
+from eopt.calculus.uncertainty import c_alpha
 
 __all__ = ["MIXED_SETTING", "Frontier", "FrontierError", "FrontierPoint", "pareto_mask"]
 
@@ -128,7 +128,7 @@ class FrontierPoint:
 def _coefficient(confidence: float) -> float:
     if not 0.0 < confidence < 1.0:
         raise FrontierError(f"confidence must lie in (0, 1), got {confidence}")
-    return float(norm.ppf(0.5 + confidence / 2.0))
+    return c_alpha(confidence)
 
 
 def pareto_mask(

@@ -126,9 +126,9 @@ class Schedule:
     @property
     def interval(self) -> tuple[float, float]:
         """The prediction interval (E − c·σ, E + c·σ) at :attr:`confidence`, in J."""
-        from scipy.stats import norm
+        from eopt.calculus.uncertainty import c_alpha
 
-        c = float(norm.ppf(0.5 + self.confidence / 2.0))
+        c = c_alpha(self.confidence)
         return (self.energy - c * self.energy_std, self.energy + c * self.energy_std)
 
     def device(self, name: str) -> DeviceInfo:

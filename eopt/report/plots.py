@@ -138,10 +138,10 @@ def _errorbar(ax: Any, points: Sequence[_Point], k: float, **style: Any) -> None
 def _series(item: Any) -> tuple[list[_Point], list[_Point], float | None]:
     """(frontier points, dominated points, confidence) of a Frontier or table rows."""
     if hasattr(item, "points") and hasattr(item, "achievable"):
-        from scipy.stats import norm
+        from eopt.calculus.uncertainty import c_alpha
 
         confidence = float(item.confidence)
-        c = float(norm.ppf(0.5 + confidence / 2.0))
+        c = c_alpha(confidence)
         on = {id(p) for p in item.points}
 
         def one(p: Any) -> _Point:
