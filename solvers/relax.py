@@ -10,6 +10,8 @@
    LP's own schedule. Repeat until the LP solution is integral.
 3. Slack-to-energy improvement (`solvers.improve.improve`): move tasks with slack to
    slower, cheaper modes while the deadline holds.
+4. `relax_search` then perturbs the best plan and improves it again while time is
+   left (`solvers.perturb`).
 
 `relax_once` is the cheap variant (one LP solve, rounding down, improvement) used for
 frontier sweeps; `relax_search` runs it, a sweep of deadlines from the fastest
@@ -39,6 +41,7 @@ import numpy as np
 from solvers.improve import improve, repair
 from solvers.indexed import meets
 from solvers.lp import HullLP, LPPoint
+from solvers.perturb import perturb_search
 from solvers.solution import relative_gap
 
 #: Relative distance below which an LP duration counts as sitting on a mode.
@@ -216,6 +219,10 @@ DIVE_BATCHES = (0.2, 0.05, 1.0)
 #: A dive is started only with time for this many warm relax steps left.
 DIVE_STEPS = 20
 
+#: Share of `relax_search`'s time that sweeps and dives may use; the rest goes to
+#: iterated improvement of the best plan they found.
+GENERATOR_SHARE = 0.4
+
 #: Deadlines per sweep, one sweep after another while time remains. Different step
 #: counts pass through different plans; on pipelines each sweep can find a cheaper one.
 SWEEP_STEPS = (40, 100, 25, 70)
@@ -297,9 +304,13 @@ def relax_search(
        plan seeding the next; one sweep per entry of `SWEEP_STEPS` while time remains.
        On 1F1B pipelines this is the strongest generator (16 × 128 × 30 at 1.05 ×
        T_allmax: 0.82 % above the bound after one LP, 0.74 % after a 40-step sweep).
-    3. LP diving with several batch sizes (`relax_assign`), with the time left.
+    3. LP diving with several batch sizes (`relax_assign`).
+    4. Iterated improvement of the best plan (`solvers.perturb.perturb_search`) with
+       the time left; it stops early once hundreds of steps in a row bring nothing.
 
-    Each stage only runs while the time left allows it. None when infeasible.
+    Stages 2 and 3 share `GENERATOR_SHARE` of the time and only run while it allows
+    them (on 4096 tasks one sweep step takes seconds and they are skipped; stage 4
+    finds more there). None when infeasible.
 
     Args:
         lp: the problem's LP.
@@ -335,22 +346,35 @@ def relax_search(
     def done() -> bool:
         return relative_gap(best_e, first.bound) <= 1e-9
 
+    def generators_left() -> float:
+        return GENERATOR_SHARE * time_limit - (time.perf_counter() - t0)
+
     stop = deadline if deadline is not None else first.lp_point.horizon
     for steps in SWEEP_STEPS:
         if done():
             break
         # A sweep spreads its steps wider when time is short; below about ten steps
         # it gains little over one LP.
-        if left() < end_cost + min(steps, 10) * step_cost:
+        if generators_left() < end_cost + min(steps, 10) * step_cost:
             break
         res, step_cost, end_cost = sweep(
-            lp, t_fast, deadline, steps, left, stop=stop, step_cost=step_cost, end_cost=end_cost
+            lp,
+            t_fast,
+            deadline,
+            steps,
+            generators_left,
+            stop=stop,
+            step_cost=step_cost,
+            end_cost=end_cost,
         )
         consider(res)
     for batch in DIVE_BATCHES:
         # A dive re-solves the LP dozens of times and then improves the plan.
-        if done() or left() < DIVE_STEPS * step_cost:
+        if done() or generators_left() < DIVE_STEPS * step_cost:
             break
-        consider(relax_assign(lp, deadline, time_limit=left(), batch=batch))
+        consider(relax_assign(lp, deadline, time_limit=generators_left(), batch=batch))
     lp.unfix_all()
+    if not done() and left() > 0:
+        modes = perturb_search(ip, best.modes, deadline, time_limit=left())
+        consider(RelaxResult(modes, first.bound, first.lp_point, best.lp_solves))
     return best

@@ -136,7 +136,7 @@ def _relax(
     res = relax_search(lp, deadline, t_fast, time_limit=left)
     if res is None:  # the LP says infeasible: only by float rounding at the boundary
         return list(fast), math.nan, "fastest plan"
-    return res.modes, res.bound, "HiGHS LP + rounding"
+    return res.modes, res.bound, "HiGHS LP + rounding + local search"
 
 
 def _milp_fits(ip: IndexedProblem, seconds: float) -> bool:
@@ -172,7 +172,8 @@ def solve(
     Args:
         problem: the problem.
         deadline: s; None finds the energy-minimizing makespan.
-        method: ``"relax"`` (LP relaxation, rounding, improvement: fast, gap reported),
+        method: ``"relax"`` (LP relaxation, rounding, improvement, then iterated
+            improvement until `time_limit` or until it stalls; gap reported),
             ``"milp"`` (exact, within `time_limit`) or ``"auto"``: relax with 40 %
             of the time; while the gap exceeds `gap`, windows of tasks re-optimized
             by a MILP (`solvers.lns`, uncoupled problems) with most of the rest; then
@@ -227,7 +228,9 @@ def solve(
     if method == "milp":
         modes, energy = fast, math.inf
     else:
-        budget = left() if method == "relax" or large else 0.4 * time_limit - elapsed()
+        # relax uses its time to the end; keep a little for building the solution.
+        reserve = min(1.0, 0.01 * time_limit)
+        budget = left() - reserve if method == "relax" or large else 0.4 * time_limit - elapsed()
         modes, bound, solver = _relax(ip, deadline, fast, t_fast, budget)
         energy = ip.evaluate(modes, deadline).energy
         if gap_ok(energy):

@@ -156,7 +156,10 @@ def _run_frontier(
     type=click.Choice(METHODS),
     default="auto",
     show_default=True,
-    help="milp: exact (time-limited); relax: LP relaxation + rounding; auto: pick by size.",
+    help=(
+        "milp: exact (time-limited); relax: LP relaxation, rounding and local search"
+        " (stops when it stalls); auto: relax, then MILP stages when the problem is small."
+    ),
 )
 @click.option(
     "--time-limit",
