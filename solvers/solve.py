@@ -218,8 +218,11 @@ def solve(
     def elapsed() -> float:
         return time.perf_counter() - t0
 
+    # Kept back from the stages for reading and checking the final plan.
+    reserve = min(1.0, 0.01 * time_limit)
+
     def left() -> float:
-        return time_limit - elapsed()
+        return time_limit - reserve - elapsed()
 
     def gap_ok(energy: float) -> bool:
         return relative_gap(energy, bound) <= gap * (1 + 1e-6) + 1e-12
@@ -228,9 +231,7 @@ def solve(
     if method == "milp":
         modes, energy = fast, math.inf
     else:
-        # relax uses its time to the end; keep a little for building the solution.
-        reserve = min(1.0, 0.01 * time_limit)
-        budget = left() - reserve if method == "relax" or large else 0.4 * time_limit - elapsed()
+        budget = left() if method == "relax" or large else 0.4 * time_limit - elapsed()
         modes, bound, solver = _relax(ip, deadline, fast, t_fast, budget)
         energy = ip.evaluate(modes, deadline).energy
         if gap_ok(energy):
