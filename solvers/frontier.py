@@ -99,8 +99,10 @@ def frontier(
         if lp is None:
             return solve(problem, deadline, method=method, time_limit=time_limit_per_point)
         t0 = time.perf_counter()
-        # The ends get the full search, in a short time: they anchor the sweep.
-        limit = min(time_limit_per_point, 1.5)
+        # The ends get the full search: they anchor the sweep. The energy-minimizing
+        # end runs until the search stalls (as `solve(problem, None)` does), so that
+        # the frontier ends at the same plan.
+        limit = time_limit_per_point if deadline is None else min(time_limit_per_point, 1.5)
         modes, bound, solver = _relax(ip, deadline, fast, t_fast, limit, lp=lp)
         return build_solution(
             ip,
