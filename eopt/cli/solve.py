@@ -235,15 +235,28 @@ def command(
         if output is not None:
             console.print(f"Wrote {output}", highlight=False)
         return
-    schedule = solve_plan(
-        plan,
-        deadline=deadline,
-        slowdown=fraction,
-        method=method,
-        time_limit=time_limit,
-        gap=gap,
-        library=library,
-    )
+    # relax and auto search until the time limit or until they stall: show that work
+    # is going on (on stderr, so that --json output stays clean).
+    with Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+    ) as progress:
+        progress.add_task(
+            f"solving {len(plan.elements)} elements ({method}, at most ~{time_limit:g} s)",
+            total=None,
+        )
+        schedule = solve_plan(
+            plan,
+            deadline=deadline,
+            slowdown=fraction,
+            method=method,
+            time_limit=time_limit,
+            gap=gap,
+            library=library,
+        )
     if as_json:
         write_json("-", schedule.to_dict())
     else:
