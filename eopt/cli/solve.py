@@ -9,7 +9,14 @@ from pathlib import Path
 
 import click
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    Progress,
+    ProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from eopt.calculus.library import Library
@@ -118,17 +125,22 @@ def _print_frontier(points: list[FrontierPlan], rows: int = 12) -> None:
     console.print(table)
 
 
+def _progress(*columns: ProgressColumn) -> Progress:
+    """A transient progress display on stderr: description, bar, then `columns`."""
+    return Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        *columns,
+        console=err_console,
+        transient=True,
+    )
+
+
 def _run_frontier(
     plan: Plan, library: Library | None, points: int, method: str, time_limit: float
 ) -> list[FrontierPlan]:
-    with Progress(
-        TextColumn("[progress.description]{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=err_console,
-        transient=True,
+    with _progress(
+        TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), TimeRemainingColumn()
     ) as progress:
         # The bar pulses until the solver reports progress (when it supports a callback).
         task = progress.add_task("plan frontier", total=None)
@@ -237,13 +249,7 @@ def command(
         return
     # relax and auto search until the time limit or until they stall: show that work
     # is going on (on stderr, so that --json output stays clean).
-    with Progress(
-        TextColumn("[progress.description]{task.description}"),
-        BarColumn(),
-        TimeElapsedColumn(),
-        console=err_console,
-        transient=True,
-    ) as progress:
+    with _progress(TimeElapsedColumn()) as progress:
         progress.add_task(
             f"solving {len(plan.elements)} elements ({method}, at most ~{time_limit:g} s)",
             total=None,
