@@ -148,6 +148,11 @@ def _milp_fits(ip: IndexedProblem, seconds: float) -> bool:
     return columns / 40_000 < 0.5 * seconds
 
 
+#: auto's split of the time on problems the MILP can take: the relax search gets this
+#: share of the limit, then MILP windows this share of what is left, then the MILP.
+AUTO_RELAX_SHARE = 0.6
+AUTO_LNS_SHARE = 0.3
+
 #: Above this many MILP columns (Pareto modes in all) auto gives the relax search all
 #: its time and skips the MILP stages: on 16 × 128 × 30 (123 k columns) the MILP's
 #: root LP alone takes over 30 s and windows of 24 tasks find nothing in 40 s, while
@@ -174,9 +179,10 @@ def solve(
         deadline: s; None finds the energy-minimizing makespan.
         method: ``"relax"`` (LP relaxation, rounding, improvement, then iterated
             improvement until `time_limit` or until it stalls; gap reported),
-            ``"milp"`` (exact, within `time_limit`) or ``"auto"``: relax with 40 %
-            of the time; while the gap exceeds `gap`, windows of tasks re-optimized
-            by a MILP (`solvers.lns`, uncoupled problems) with most of the rest; then
+            ``"milp"`` (exact, within `time_limit`) or ``"auto"``: relax with
+            `AUTO_RELAX_SHARE` of the time; while the gap exceeds `gap`, windows of
+            tasks re-optimized by a MILP (`solvers.lns`, uncoupled problems) with
+            `AUTO_LNS_SHARE` of the rest; then
             the full MILP warm-started from the best plan, when it can be built in
             time (its bound often tightens the gap). The best plan found is returned.
             Above `LARGE_COLUMNS` modes auto is relax with all the time.
@@ -231,13 +237,13 @@ def solve(
     if method == "milp":
         modes, energy = fast, math.inf
     else:
-        budget = left() if method == "relax" or large else 0.4 * time_limit - elapsed()
+        budget = left() if method == "relax" or large else AUTO_RELAX_SHARE * time_limit - elapsed()
         modes, bound, solver = _relax(ip, deadline, fast, t_fast, budget)
         energy = ip.evaluate(modes, deadline).energy
         if gap_ok(energy):
             status = "optimal"
     if method == "auto" and status != "optimal" and not (ip.coupled or large) and left() > 0.5:
-        better = lns(ip, modes, deadline, time_limit=0.6 * left())
+        better = lns(ip, modes, deadline, time_limit=AUTO_LNS_SHARE * left())
         e = ip.evaluate(better, deadline).energy
         if e < energy:
             modes, energy = better, e
