@@ -297,7 +297,7 @@ def relax_search(
     *,
     time_limit: float = 60.0,
 ) -> RelaxResult | None:
-    """The relax method's full search; the best of three plan generators.
+    """The relax method's full search: three plan generators, then iterated improvement.
 
     1. One LP solve, rounding and slack-to-energy improvement (`relax_once`).
     2. Sweeps (`sweep`): deadlines from the fastest makespan up to `deadline`, each
