@@ -137,6 +137,31 @@ def deadline_between(problem: Problem, seed: int) -> float:
     return lo + rng.random() * (hi - lo)
 
 
+def pipeline_problem(stages: int = 3, microbatches: int = 6) -> tuple[Problem, float]:
+    """A small 1F1B-like pipeline with 5 convex modes per task, and a tight deadline."""
+    tasks, edges = [], []
+    for s in range(stages):
+        order = []
+        for m in range(microbatches):
+            for kind, base in (("f", 1.0 + 0.1 * s), ("b", 2.0 + 0.15 * s)):
+                modes = tuple(
+                    Mode(base * (1 + 0.08 * k), base * 300 * (1 - 0.06 * k + 0.004 * k * k))
+                    for k in range(5)
+                )
+                tasks.append(Task(f"s{s}.{kind}{m}", f"gpu{s}", modes))
+            order += [f"s{s}.f{m}", f"s{s}.b{m}"]
+        edges += list(itertools.pairwise(order))
+        for m in range(microbatches):
+            if s + 1 < stages:
+                edges.append((f"s{s}.f{m}", f"s{s + 1}.f{m}"))
+                edges.append((f"s{s + 1}.b{m}", f"s{s}.b{m}"))
+    for m in range(microbatches):
+        edges.append((f"s{stages - 1}.f{m}", f"s{stages - 1}.b{m}"))
+    problem = Problem(tuple(tasks), tuple(set(edges)), {f"gpu{s}": 60.0 for s in range(stages)})
+    fast = {t.name: 0 for t in problem.tasks}  # mode 0 is every task's fastest
+    return problem, 1.06 * true_evaluate(problem, fast)[0]
+
+
 @pytest.fixture
 def bf() -> SimpleNamespace:
     """The helpers above, for test modules (conftest is not importable by name)."""
@@ -146,4 +171,5 @@ def bf() -> SimpleNamespace:
         brute_force=brute_force,
         random_problem=random_problem,
         deadline_between=deadline_between,
+        pipeline_problem=pipeline_problem,
     )

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 
-from solvers import Mode, Problem, Task
 from solvers.improve import improve
 from solvers.indexed import IndexedProblem, meets
 from solvers.perturb import perturb_search
@@ -34,33 +31,8 @@ def test_plan_meets_the_deadline_and_never_gets_worse(bf, seed: int) -> None:
     assert energy >= opt - 1e-9 * abs(opt) - 1e-9
 
 
-def _pipeline(stages: int = 3, microbatches: int = 6) -> tuple[Problem, float]:
-    """A small 1F1B-like pipeline with 5 convex modes per task, and a tight deadline."""
-    tasks, edges = [], []
-    for s in range(stages):
-        order = []
-        for m in range(microbatches):
-            for kind, base in (("f", 1.0 + 0.1 * s), ("b", 2.0 + 0.15 * s)):
-                modes = tuple(
-                    Mode(base * (1 + 0.08 * k), base * 300 * (1 - 0.06 * k + 0.004 * k * k))
-                    for k in range(5)
-                )
-                tasks.append(Task(f"s{s}.{kind}{m}", f"gpu{s}", modes))
-            order += [f"s{s}.f{m}", f"s{s}.b{m}"]
-        edges += list(itertools.pairwise(order))
-        for m in range(microbatches):
-            if s + 1 < stages:
-                edges.append((f"s{s}.f{m}", f"s{s + 1}.f{m}"))
-                edges.append((f"s{s + 1}.b{m}", f"s{s}.b{m}"))
-    for m in range(microbatches):
-        edges.append((f"s{stages - 1}.f{m}", f"s{stages - 1}.b{m}"))
-    problem = Problem(tuple(tasks), tuple(set(edges)), {f"gpu{s}": 60.0 for s in range(stages)})
-    t_fast, _ = fastest_plan(IndexedProblem(problem))
-    return problem, 1.06 * t_fast
-
-
-def test_finds_plans_that_single_slowdowns_cannot_reach() -> None:
-    problem, deadline = _pipeline()
+def test_finds_plans_that_single_slowdowns_cannot_reach(bf) -> None:
+    problem, deadline = bf.pipeline_problem()
     ip = IndexedProblem(problem)
     _, fast = fastest_plan(ip)
     start = improve(ip, fast, deadline)
@@ -72,8 +44,8 @@ def test_finds_plans_that_single_slowdowns_cannot_reach() -> None:
     assert ev.energy < e_start - 1e-6 * e_start
 
 
-def test_same_seed_same_plan() -> None:
-    problem, deadline = _pipeline(3, 4)
+def test_same_seed_same_plan(bf) -> None:
+    problem, deadline = bf.pipeline_problem(3, 4)
     ip = IndexedProblem(problem)
     _, fast = fastest_plan(ip)
     start = improve(ip, fast, deadline)
@@ -82,8 +54,8 @@ def test_same_seed_same_plan() -> None:
     assert a == b
 
 
-def test_no_time_returns_the_start_plan() -> None:
-    problem, deadline = _pipeline(2, 3)
+def test_no_time_returns_the_start_plan(bf) -> None:
+    problem, deadline = bf.pipeline_problem(2, 3)
     ip = IndexedProblem(problem)
     _, fast = fastest_plan(ip)
     assert perturb_search(ip, fast, deadline, time_limit=0.0) == [int(m) for m in fast]
