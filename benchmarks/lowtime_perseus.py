@@ -326,7 +326,10 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(f"({config} M={m} took {results[-1][1]:.1f} s in all)")
     verdicts.summary()
-    if not args.no_save:
+    if not results:
+        # Nothing ran: keep any earlier results file of the same name as it is.
+        print("nothing was run (no published frontier for these configs and M); no numbers written")
+    elif not args.no_save:
         payload = {"runs": [dict(r, wall_s=w) for r, w in results], "verdicts": verdicts.lines}
         suffix = (
             "_m" + "-".join(map(str, args.microbatches))
