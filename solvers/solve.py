@@ -139,13 +139,15 @@ def _relax(
     return res.modes, res.bound, "HiGHS LP + rounding + local search"
 
 
-def _milp_fits(ip: IndexedProblem, seconds: float) -> bool:
-    """True when building the full MILP through PuLP should take under half of `seconds`.
+def _milp_columns(ip: IndexedProblem) -> int:
+    """Binary columns of the full MILP (every candidate mode of every task)."""
+    return sum(len(m) for m in candidate_modes(ip))
 
-    PuLP builds roughly 40 000 binary variables a second on one core.
-    """
-    columns = sum(len(m) for m in candidate_modes(ip))
-    return columns / 40_000 < 0.5 * seconds
+
+def _milp_build_s(columns: int) -> float:
+    """Seconds PuLP takes to build a MILP of `columns` binaries (about 40 000 a second
+    on one core); handing it to HiGHS and reading it back takes about as long again."""
+    return columns / 40_000
 
 
 #: auto's split of the time on problems the MILP can take: the relax search gets this
@@ -158,11 +160,6 @@ AUTO_LNS_SHARE = 0.3
 #: root LP alone takes over 30 s and windows of 24 tasks find nothing in 40 s, while
 #: relax sweeps find cheaper plans.
 LARGE_COLUMNS = 20_000
-
-
-def _is_large(ip: IndexedProblem) -> bool:
-    """True above `LARGE_COLUMNS` modelled modes (uncoupled problems only)."""
-    return not ip.coupled and sum(len(m) for m in candidate_modes(ip)) > LARGE_COLUMNS
 
 
 def solve(
@@ -233,7 +230,9 @@ def solve(
     def gap_ok(energy: float) -> bool:
         return relative_gap(energy, bound) <= gap * (1 + 1e-6) + 1e-12
 
-    large = method == "auto" and _is_large(ip)
+    columns = _milp_columns(ip)
+    # Above `LARGE_COLUMNS` (uncoupled problems only) auto is relax with all the time.
+    large = method == "auto" and not ip.coupled and columns > LARGE_COLUMNS
     if method == "milp":
         modes, energy = fast, math.inf
     else:
@@ -255,13 +254,13 @@ def solve(
         and status != "optimal"
         and not large
         and left() > 0.5
-        and _milp_fits(ip, left())
+        # Building the MILP through PuLP must take under half of the time left.
+        and _milp_build_s(columns) < 0.5 * left()
     )
     if run_milp:
         warm = modes if method == "auto" else fast
-        # PuLP hands the model to HiGHS and reads it back outside HiGHS's own clock:
-        # about as long again as building it.
-        handover = sum(len(m) for m in candidate_modes(ip)) / 40_000
+        # The hand-over to HiGHS and back runs outside HiGHS's own clock.
+        handover = _milp_build_s(columns)
         res = solve_milp(ip, deadline, time_limit=max(0.1, left() - handover), gap=gap, warm=warm)
         name = f"{res.solver} MILP"
         if res.modes is not None:
