@@ -22,7 +22,7 @@ import scipy.sparse as sp
 
 from solvers.hull import pareto_modes
 from solvers.indexed import IndexedProblem, meets
-from solvers.lp import new_highs
+from solvers.lp import highs_model
 
 
 class WindowMIP:
@@ -83,30 +83,21 @@ class WindowMIP:
         held = ip.problem.hold == "deadline" and deadline is not None
         obj = np.concatenate([cost, np.zeros(n), [0.0 if held else ip.idle_total_w]])
         self.offset = ip.idle_total_w * float(deadline) if held else 0.0
-        lp = highspy.HighsLp()
-        lp.num_col_ = ncol
-        lp.num_row_ = row
-        lp.col_cost_ = obj
-        lp.col_lower_ = np.zeros(ncol)
         upper = np.concatenate([np.ones(nx_), np.full(n, inf), [inf]])
         if deadline is not None:
             upper[h_col] = float(deadline)
-        lp.col_upper_ = upper
-        lp.row_lower_ = np.concatenate(lo)
-        lp.row_upper_ = np.concatenate(hi)
-        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-        lp.a_matrix_.start_ = a.indptr
-        lp.a_matrix_.index_ = a.indices
-        lp.a_matrix_.value_ = a.data
-        lp.integrality_ = [highspy.HighsVarType.kInteger] * nx_ + [
-            highspy.HighsVarType.kContinuous
-        ] * (n + 1)
-        self.highs = new_highs()
-        self.highs.setOptionValue("threads", 1)
+        self.highs = highs_model(
+            obj,
+            np.zeros(ncol),
+            upper,
+            a,
+            np.concatenate(lo),
+            np.concatenate(hi),
+            integer_columns=nx_,
+        )
         # Windows are many and short: a loose gap (relative to the whole plan's energy)
         # lets each stop early; a window that comes back worse is simply not taken.
         self.highs.setOptionValue("mip_rel_gap", 1e-4)
-        self.highs.passModel(lp)
         self.ncol = ncol
 
     def _pin(self, modes: Sequence[int], free: np.ndarray) -> None:

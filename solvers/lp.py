@@ -66,6 +66,46 @@ def new_highs() -> highspy.Highs:
     return h
 
 
+def highs_model(
+    cost: np.ndarray,
+    col_lower: np.ndarray,
+    col_upper: np.ndarray,
+    rows: sp.csc_matrix,
+    row_lower: np.ndarray,
+    row_upper: np.ndarray,
+    integer_columns: int = 0,
+) -> highspy.Highs:
+    """A silent, single-threaded HiGHS instance holding min cost·x over the given bounds.
+
+    Args:
+        cost, col_lower, col_upper: per column.
+        rows: the constraint matrix (column-wise, sorted indices).
+        row_lower, row_upper: per row.
+        integer_columns: the first this many columns are integer (a MILP); 0 for an LP.
+    """
+    lp = highspy.HighsLp()
+    lp.num_col_ = rows.shape[1]
+    lp.num_row_ = rows.shape[0]
+    lp.col_cost_ = cost
+    lp.col_lower_ = col_lower
+    lp.col_upper_ = col_upper
+    lp.row_lower_ = row_lower
+    lp.row_upper_ = row_upper
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_ = rows.indptr
+    lp.a_matrix_.index_ = rows.indices
+    lp.a_matrix_.value_ = rows.data
+    if integer_columns:
+        kinds = highspy.HighsVarType
+        lp.integrality_ = [kinds.kInteger] * integer_columns + [kinds.kContinuous] * (
+            rows.shape[1] - integer_columns
+        )
+    h = new_highs()
+    h.setOptionValue("threads", 1)
+    h.passModel(lp)
+    return h
+
+
 class HullLP:
     """The LP relaxation above, for one problem; re-solvable at any deadline.
 
@@ -155,21 +195,7 @@ class HullLP:
             self.w_lo[i] = self.w_hi[i] = ip.costs[i][self.hull[i][0]]
         col_lo = np.concatenate([self.t_lo, self.w_lo, np.zeros(n), [0.0]])
         col_hi = np.concatenate([self.t_hi, self.w_hi, np.full(n, inf), [inf]])
-        lp = highspy.HighsLp()
-        lp.num_col_ = ncol
-        lp.num_row_ = row
-        lp.col_cost_ = cost
-        lp.col_lower_ = col_lo
-        lp.col_upper_ = col_hi
-        lp.row_lower_ = np.concatenate(lo)
-        lp.row_upper_ = np.concatenate(hi)
-        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-        lp.a_matrix_.start_ = a.indptr
-        lp.a_matrix_.index_ = a.indices
-        lp.a_matrix_.value_ = a.data
-        self.highs = new_highs()
-        self.highs.setOptionValue("threads", 1)
-        self.highs.passModel(lp)
+        self.highs = highs_model(cost, col_lo, col_hi, a, np.concatenate(lo), np.concatenate(hi))
         self._fixed = np.zeros(n, dtype=bool)
         self._solved = False
 
