@@ -10,6 +10,7 @@ import pytest
 
 from eopt.devices.base import DeviceError, PowerReading, WallClock
 from eopt.devices.operating_point import OperatingPoint
+from eopt.plan.pipeline import one_f_one_b_order
 from eopt.plan.schedule import DeviceInfo, Schedule, ScheduledElement
 
 
@@ -141,18 +142,10 @@ def make_schedule(
 def one_f_one_b(stages: int, micro: int, clock_of: Callable[[str, int, int], float]) -> Schedule:
     """A 1F1B pipeline schedule (design.md order), each op 10 ms forward / 20 ms backward,
     at ``clock_of(kind, stage, microbatch)`` MHz; starts from the dependencies."""
-    order: dict[int, list[tuple[str, int]]] = {}
-    for s in range(stages):
-        warm = min(stages - s - 1, micro)
-        ops = [("F", m) for m in range(warm)]
-        f, b = warm, 0
-        while f < micro:
-            ops.append(("F", f))
-            f += 1
-            ops.append(("B", b))
-            b += 1
-        ops += [("B", m) for m in range(b, micro)]
-        order[s] = ops
+    order = {
+        s: [(kind[0].upper(), m) for kind, m in one_f_one_b_order(stages, micro, s)]
+        for s in range(stages)
+    }
     end: dict[tuple[str, int, int], float] = {}
     placed: list[ScheduledElement] = []
     cursor = dict.fromkeys(range(stages), 0)
