@@ -315,6 +315,10 @@ class TrueResult:
     energy_j: float
     compute_energy_j: float
 
+    def gap_to(self, lower_bound_j: float) -> float:
+        """Relative gap (E − LB) / E of this plan's true energy to a lower bound."""
+        return (self.energy_j - lower_bound_j) / self.energy_j
+
 
 class PlanEvaluator:
     """Exact makespan and energy of frequency plans on one DAG and profile.
@@ -716,6 +720,17 @@ def solvers_available() -> str | None:
         n for n in ("Mode", "Task", "Problem", "solve", "frontier") if not hasattr(solvers, n)
     ]
     return f"solvers lacks {', '.join(missing)}" if missing else None
+
+
+def argument_parser(doc: str, epilog_from: int) -> argparse.ArgumentParser:
+    """A script's parser: its docstring's first paragraph as the description, and its
+    paragraphs from `epilog_from` on (examples, targets) as the epilog."""
+    parts = doc.split("\n\n")
+    return argparse.ArgumentParser(
+        description=parts[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n\n".join(parts[epilog_from:]),
+    )
 
 
 def add_report_options(parser: argparse.ArgumentParser, results_name: str) -> None:

@@ -181,7 +181,7 @@ def run_config(
         eopt_e = min(true.energy_j, front_e) if front_e is not None else true.energy_j
         if common.is_late(true.makespan_s, deadline):
             late_eopt.append(f"{f:.2f}×")
-        gap = (true.energy_j - sol.lower_bound) / true.energy_j
+        gap = true.gap_to(sol.lower_bound)
         best = lowtime.best_within(deadline) if lowtime else None
         look = lowtime.lookup(deadline) if lowtime else None
         if best is not None and eopt_e > best.true.energy_j + 1e-6:
@@ -262,11 +262,7 @@ def run_config(
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; return the exit status."""
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="\n\n".join(__doc__.split("\n\n")[2:]),
-    )
+    parser = common.argument_parser(__doc__, 2)
     parser.add_argument(
         "--full",
         action="store_true",

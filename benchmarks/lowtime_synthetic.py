@@ -247,7 +247,7 @@ def run_case(case: str, args: argparse.Namespace, verdicts: common.Verdicts) -> 
                 continue
             true = evaluator.evaluate(built.freqs_of(sol.modes))
             solved[method] = true
-            gap = (true.energy_j - sol.lower_bound) / true.energy_j
+            gap = true.gap_to(sol.lower_bound)
             late = common.is_late(true.makespan_s, deadline)
             if late:
                 late_any.append(f"{f:.2f}× {method}")
@@ -400,11 +400,7 @@ def _print_reference(label: str, ref_rows: list[Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; return the exit status."""
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="\n\n".join(__doc__.split("\n\n")[3:]),
-    )
+    parser = common.argument_parser(__doc__, 3)
     parser.add_argument(
         "--case",
         action="append",

@@ -21,7 +21,6 @@ Target: single deadline within 0.5 % of its lower bound in ≤ 60 s (16 × 128 �
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 from typing import Any
@@ -74,11 +73,7 @@ def synthetic_profile(num_stages: int, num_clocks: int, seed: int) -> common.Sta
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; return the exit status."""
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="\n\n".join(__doc__.split("\n\n")[3:]),
-    )
+    parser = common.argument_parser(__doc__, 3)
     parser.add_argument("--stages", type=int, default=16)
     parser.add_argument("--microbatches", type=int, default=128)
     parser.add_argument("--clocks", type=int, default=30)
@@ -139,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
                 verdicts.check(False, f"{label} {f:.2f}× {method}: solver error {exc}")
                 continue
             true = evaluator.evaluate(built.freqs_of(sol.modes))
-            gap = (true.energy_j - sol.lower_bound) / true.energy_j
+            gap = true.gap_to(sol.lower_bound)
             late = common.is_late(true.makespan_s, deadline)
             rows.append(
                 (
