@@ -17,6 +17,11 @@ Examples:
     python3 benchmarks/solver_gap_study.py --factors 1.05 --time-limit 420 --tag 8x32_105
     python3 benchmarks/solver_gap_study.py --factors 1.05,1.2 --time-limit 30 --no-save
     python3 benchmarks/solver_gap_study.py --factors 1.0,1.05,1.1,1.2,1.3 --no-milp --tag 8x32_auto
+    python3 benchmarks/solver_gap_study.py --factors 1.05 --no-milp --no-save --write-mps /tmp
+
+``--write-mps DIR`` also writes each exact model (the one ``method="milp"`` builds) as
+``DIR/8x32_<factor>.mps``, so that another MILP solver can check the proven bound
+independently, e.g. CBC: ``cbc /tmp/8x32_1.05.mps -sec 60 -threads 1 -solve``.
 """
 
 from __future__ import annotations
@@ -103,11 +108,15 @@ def main(argv: list[str] | None = None) -> int:
         "--no-milp", action="store_true", help="only the LP bound and the auto plan (target A)"
     )
     parser.add_argument("--no-save", action="store_true")
+    parser.add_argument(
+        "--write-mps", type=Path, metavar="DIR", help="also write each exact MILP as MPS here"
+    )
     args = parser.parse_args(argv)
 
     import solvers
     from solvers.indexed import IndexedProblem
     from solvers.lp import HullLP
+    from solvers.milp import build_model
 
     base = common.data_dir() / "lowtime_bench" / args.case
     dag = common.read_lowtime_dag(base / "dag.json")
@@ -122,6 +131,12 @@ def main(argv: list[str] | None = None) -> int:
         lp = HullLP(ip)
         lp.set_deadline(deadline)
         lp_bound = lp.solve().energy_bound(ip, deadline)
+        if args.write_mps:
+            args.write_mps.mkdir(parents=True, exist_ok=True)
+            mps = args.write_mps / f"{args.tag}_{factor:.2f}.mps"
+            model = build_model(ip, deadline)
+            model.prob.writeMPS(str(mps))
+            print(f"exact MILP written to {mps} (objective + {model.offset:g} J = energy)")
         start = solvers.solve(built.problem, deadline, method="auto", time_limit=args.start_limit)
         warm = [start.modes[name] for name in ip.names]
         print(

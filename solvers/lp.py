@@ -31,6 +31,10 @@ from solvers.exceptions import SolverError
 from solvers.hull import lower_hull, pareto_modes
 from solvers.indexed import IndexedProblem
 
+#: Relative distance below which an LP duration counts as sitting on a mode.
+VERTEX_RTOL = 1e-9
+
+
 _BANNER_SHOWN = False
 
 #: Above this many LP columns the first (cold) solve uses the interior-point method.
@@ -288,6 +292,39 @@ class LPPoint:
         if ip.problem.hold == "deadline" and deadline is not None:
             return self.objective + ip.idle_total_w * float(deadline)
         return self.objective
+
+
+def classify(lp: HullLP, t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Locate LP durations among each task's modes.
+
+    Args:
+        lp: the LP (for its hull and Pareto tables).
+        t: LP duration per task, s.
+
+    Returns:
+        (on_vertex, down, up, position): whether t sits on a hull vertex; the cheapest
+        Pareto mode no slower than t; the next slower Pareto mode (−1 if none); and where
+        t lies between the two (0 at `down`, 1 at `up`).
+    """
+    tol = VERTEX_RTOL * np.maximum(1.0, np.abs(t))
+    on_vertex = np.min(np.abs(lp.hull_d - t[:, None]), axis=1) <= tol
+    count = np.sum(lp.pareto_d <= (t + tol)[:, None], axis=1)
+    pos_down = np.maximum(count - 1, 0)
+    rows = np.arange(len(t))
+    down = lp.pareto_idx[rows, pos_down]
+    has_up = count < lp.pareto_len
+    pos_up = np.minimum(count, lp.pareto_len - 1)
+    up = np.where(has_up, lp.pareto_idx[rows, pos_up], -1)
+    d_down = lp.pareto_d[rows, pos_down]
+    d_up = np.where(has_up, lp.pareto_d[rows, pos_up], d_down + 1.0)
+    position = np.clip((t - d_down) / np.maximum(d_up - d_down, 1e-300), 0.0, 1.0)
+    return on_vertex, down, up, position
+
+
+def vertex_modes(lp: HullLP, t: np.ndarray) -> np.ndarray:
+    """Mode index of the hull vertex nearest to each LP duration."""
+    k = np.argmin(np.abs(lp.hull_d - t[:, None]), axis=1)
+    return np.array([lp.hull[i][j] for i, j in enumerate(k)], dtype=np.int64)
 
 
 def _pad(rows: Sequence[np.ndarray], fill: float = np.inf) -> np.ndarray:

@@ -1,0 +1,177 @@
+"""Repeated structure (`solvers.periodic`): detection, the cyclic MILP, tiled plans."""
+
+from __future__ import annotations
+
+import itertools
+
+import networkx as nx
+import numpy as np
+import pytest
+
+from solvers import Mode, Problem, Task
+from solvers.indexed import IndexedProblem, meets
+from solvers.lp import HullLP
+from solvers.periodic import CYCLIC_GAP, cyclic_plan, find_repetition, tiled_plans
+from solvers.relax import relax_once, relax_search
+from solvers.solve import fastest_plan
+
+
+def one_f_one_b(stages: int, microbatches: int, modes_of) -> Problem:
+    """A synchronous 1F1B iteration: stage s runs S − s − 1 warm-up forwards, then one
+    forward and one backward alternately, then the remaining backwards."""
+    tasks, edges = [], []
+    for s in range(stages):
+        warmup = min(stages - s - 1, microbatches)
+        order = [("f", m) for m in range(warmup)]
+        nf, nb = warmup, 0
+        while nf < microbatches:
+            order += [("f", nf), ("b", nb)]
+            nf, nb = nf + 1, nb + 1
+        order += [("b", m) for m in range(nb, microbatches)]
+        names = [f"s{s}.{k}{m}" for k, m in order]
+        edges += list(itertools.pairwise(names))
+        for k, m in order:
+            tasks.append(Task(f"s{s}.{k}{m}", f"gpu{s}", modes_of(s, k)))
+    for m in range(microbatches):
+        for s in range(1, stages):
+            edges.append((f"s{s - 1}.f{m}", f"s{s}.f{m}"))
+            edges.append((f"s{s}.b{m}", f"s{s - 1}.b{m}"))
+        edges.append((f"s{stages - 1}.f{m}", f"s{stages - 1}.b{m}"))
+    return Problem(
+        tuple(tasks), tuple(dict.fromkeys(edges)), {f"gpu{s}": 60.0 for s in range(stages)}
+    )
+
+
+def convex_modes(s: int, k: str, count: int = 6) -> tuple[Mode, ...]:
+    base = (1.0 if k == "f" else 2.0) * (1 + 0.07 * s)
+    return tuple(
+        Mode(base * (1 + 0.06 * j), base * 300 * (1 - 0.05 * j + 0.003 * j * j))
+        for j in range(count)
+    )
+
+
+def microbatch(name: str) -> int:
+    return int(name.split(".")[1][1:])
+
+
+@pytest.mark.parametrize(("stages", "microbatches"), [(2, 12), (3, 14), (4, 20)])
+def test_interior_is_the_steady_state_of_1f1b(stages: int, microbatches: int) -> None:
+    ip = IndexedProblem(one_f_one_b(stages, microbatches, convex_modes))
+    rep = find_repetition(ip)
+    assert rep is not None
+    # Every stage alternates F and B with the pattern of its neighbours exactly for
+    # microbatches S … M − S − 1 (before: the warm-up; after: the cool-down).
+    steady = {i for i, n in enumerate(ip.names) if stages <= microbatch(n) < microbatches - stages}
+    assert set(np.flatnonzero(rep.interior)) == steady
+    assert len(rep.members) == 2 * stages
+    # Each pattern edge is a real edge wherever its tail is interior.
+    by_class_rank = {(int(rep.task_class[i]), int(rep.rank[i])): i for i in range(ip.n)}
+    for i in np.flatnonzero(rep.interior):
+        for u, v, delta in rep.edges:
+            if u == rep.task_class[i]:
+                j = by_class_rank[(v, int(rep.rank[i]) + delta)]
+                assert j in ip.succs[i]
+
+
+def test_no_repetition_without_enough_repeats(bf) -> None:
+    assert find_repetition(IndexedProblem(bf.random_problem(3, max_tasks=8, max_modes=4))) is None
+    # Four microbatches: no microbatch is steady on every stage.
+    assert find_repetition(IndexedProblem(one_f_one_b(3, 8, convex_modes))) is None
+
+
+def cycle_period(durations: list[float], edges, k: int) -> float:
+    """The shortest period that fits one-period durations (inf if none): the largest
+    Σ d / Σ δ over the cycles of the class graph, by enumeration."""
+    g = nx.DiGraph()
+    g.add_nodes_from(range(k))
+    parallel: dict[tuple[int, int], list[int]] = {}
+    for u, v, delta in edges:
+        g.add_edge(u, v)
+        parallel.setdefault((u, v), []).append(delta)
+    best = 0.0
+    for cycle in nx.simple_cycles(g):
+        arcs = list(zip(cycle, cycle[1:] + cycle[:1], strict=True))
+        d = sum(durations[u] for u, _ in arcs)
+        for deltas in itertools.product(*(parallel[a] for a in arcs)):
+            total = sum(deltas)
+            if total <= 0:
+                return np.inf
+            best = max(best, d / total)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_cyclic_plan_matches_brute_force(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+
+    table: dict[tuple[int, str], tuple[Mode, ...]] = {}
+
+    def random_modes(s: int, k: str) -> tuple[Mode, ...]:
+        # One random mode table per (stage, kind), shared by all its microbatches.
+        if (s, k) not in table:
+            d = np.sort(rng.uniform(1.0, 2.0, size=4)) * (2.0 if k == "b" else 1.0)
+            e = np.sort(rng.uniform(150.0, 400.0, size=4))[::-1] * d.mean()
+            table[(s, k)] = tuple(Mode(float(a), float(b)) for a, b in zip(d, e, strict=True))
+        return table[(s, k)]
+
+    ip = IndexedProblem(one_f_one_b(2, 12, random_modes))
+    rep = find_repetition(ip)
+    assert rep is not None
+    k = len(rep.members)
+    fast = cycle_period([float(ip.durations[i].min()) for i in rep.members], rep.edges, k)
+    slow = cycle_period([float(ip.durations[i].max()) for i in rep.members], rep.edges, k)
+    period_max = fast + rng.uniform(0.2, 0.8) * (slow - fast)
+
+    def objective(choice) -> float:
+        durations = [float(ip.durations[i][m]) for i, m in zip(rep.members, choice, strict=True)]
+        p = cycle_period(durations, rep.edges, k)
+        cost = sum(float(ip.costs[i][m]) for i, m in zip(rep.members, choice, strict=True))
+        return cost + ip.idle_total_w * p if p <= period_max * (1 + 1e-9) else np.inf
+
+    best = min(
+        objective(c) for c in itertools.product(*(range(len(ip.durations[i])) for i in rep.members))
+    )
+    got = cyclic_plan(ip, rep, period_max, time_limit=30.0)
+    assert got is not None
+    assert objective(got) == pytest.approx(best, rel=CYCLIC_GAP)
+
+
+def test_cyclic_plan_below_the_fastest_period_is_none() -> None:
+    ip = IndexedProblem(one_f_one_b(3, 14, convex_modes))
+    rep = find_repetition(ip)
+    assert rep is not None
+    fast = cycle_period(
+        [float(ip.durations[i].min()) for i in rep.members], rep.edges, len(rep.members)
+    )
+    assert cyclic_plan(ip, rep, 0.99 * fast, time_limit=30.0) is None
+    assert cyclic_plan(ip, rep, 1.001 * fast, time_limit=30.0) is not None
+
+
+@pytest.mark.parametrize("slack", [1.02, 1.05, 1.10])
+def test_tiled_plans_meet_the_deadline_and_respect_the_bound(slack: float) -> None:
+    ip = IndexedProblem(one_f_one_b(4, 24, convex_modes))
+    rep = find_repetition(ip)
+    assert rep is not None
+    t_fast, _ = fastest_plan(ip)
+    deadline = slack * t_fast
+    lp = HullLP(ip)
+    bound = relax_once(lp, deadline).bound
+    plans = tiled_plans(lp, deadline, rep, lambda: 60.0)
+    assert plans
+    for plan in plans:
+        ev = ip.evaluate(plan, deadline)
+        assert meets(ev.makespan, deadline)
+        assert ev.energy >= bound * (1 - 1e-9)
+    assert not lp.fixed.any()
+
+
+def test_relax_search_with_tiling_is_no_worse_than_one_lp() -> None:
+    ip = IndexedProblem(one_f_one_b(4, 24, convex_modes))
+    t_fast, _ = fastest_plan(ip)
+    deadline = 1.05 * t_fast
+    once = relax_once(HullLP(ip), deadline)
+    found = relax_search(HullLP(ip), deadline, t_fast, time_limit=5.0)
+    e_once = ip.evaluate(once.modes, deadline).energy
+    e_found = ip.evaluate(found.modes, deadline).energy
+    assert meets(ip.evaluate(found.modes).makespan, deadline)
+    assert e_found <= e_once * (1 + 1e-12)
