@@ -160,6 +160,95 @@ def steady_period(rep: Repetition, starts: np.ndarray) -> float:
     return float(np.median(slopes)) if slopes else 0.0
 
 
+@dataclass
+class CyclicModel:
+    """The cyclic model of `block` consecutive ranks, built in HiGHS (see `cyclic_model`).
+
+    Attributes:
+        highs: the model (not yet run).
+        modes: per class, the Pareto modes offered (mode indices).
+        first: per (class, r) instance, its first mode column; instance c · block + r.
+        block: ranks per period.
+    """
+
+    highs: highspy.Highs
+    modes: list[list[int]]
+    first: np.ndarray
+    block: int
+
+    def choice(self) -> list[list[int]]:
+        """The solution's mode index per class and rank within the block."""
+        x = np.asarray(self.highs.getSolution().col_value)
+        out = []
+        for c, modes in enumerate(self.modes):
+            row = []
+            for r in range(self.block):
+                j = self.first[c * self.block + r]
+                row.append(int(modes[int(np.argmax(x[j : j + len(modes)]))]))
+            out.append(row)
+        return out
+
+
+def cyclic_model(
+    ip: IndexedProblem,
+    rep: Repetition,
+    period_max: float,
+    *,
+    block: int = 1,
+    integer: bool = True,
+) -> CyclicModel:
+    """The cyclic MILP (or its LP relaxation) of a block of `block` consecutive ranks.
+
+    One task per (class, r < block), each with its class's Pareto modes; a pattern edge
+    u → v with rank offset δ joins instance (u, r) to (v, (r + δ) mod block) across
+    ⌊(r + δ) / block⌋ periods Π: o + d ≤ o' + ⌊(r + δ) / block⌋ · Π. The period Π is at
+    most `period_max`; the objective per period is Σ cost + S̄ · Π (S̄ dropped when
+    devices are held to the deadline).
+    """
+    k = len(rep.members)
+    modes = [pareto_modes(ip.durations[i], ip.costs[i]) for i in rep.members]
+    sizes = [len(modes[c]) for c in range(k) for _ in range(block)]
+    first = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    nx, n = int(first[-1]), k * block
+    offset, period = nx, nx + n
+    rows: list[int] = []
+    cols: list[int] = []
+    vals: list[float] = []
+    lo: list[float] = []
+    hi: list[float] = []
+    for j, size in enumerate(sizes):  # one mode per instance
+        rows += [len(lo)] * size
+        cols += range(first[j], first[j] + size)
+        vals += [1.0] * size
+        lo.append(1.0)
+        hi.append(1.0)
+    for u, v, delta in rep.edges:
+        d = ip.durations[rep.members[u]][modes[u]]
+        for r in range(block):
+            a, b = u * block + r, v * block + (r + delta) % block
+            rows += [len(lo)] * (len(d) + 3)
+            cols += [*range(first[a], first[a] + len(d)), offset + a, offset + b, period]
+            vals += [*d.tolist(), 1.0, -1.0, -float((r + delta) // block)]
+            lo.append(-highspy.kHighsInf)
+            hi.append(0.0)
+    matrix = sp.csc_matrix((vals, (rows, cols)), shape=(len(lo), period + 1))
+    matrix.sort_indices()
+    cost = np.concatenate(
+        [
+            *(ip.costs[rep.members[c]][modes[c]] for c in range(k) for _ in range(block)),
+            np.zeros(n),
+            [0.0 if ip.problem.hold == "deadline" else ip.idle_total_w],
+        ]
+    )
+    col_lo = np.concatenate([np.zeros(nx), np.full(n, -highspy.kHighsInf), [0.0]])
+    col_hi = np.concatenate([np.ones(nx), np.full(n, highspy.kHighsInf), [period_max]])
+    col_lo[offset] = col_hi[offset] = 0.0  # offsets are defined up to a translation
+    h = highs_model(
+        cost, col_lo, col_hi, matrix, np.array(lo), np.array(hi), integer_columns=nx * integer
+    )
+    return CyclicModel(h, modes, first, block)
+
+
 def cyclic_plan(
     ip: IndexedProblem, rep: Repetition, period_max: float, time_limit: float
 ) -> list[int] | None:
@@ -171,49 +260,14 @@ def cyclic_plan(
         period_max: s, the longest period allowed.
         time_limit: s for HiGHS.
     """
-    k = len(rep.members)
-    modes = [pareto_modes(ip.durations[i], ip.costs[i]) for i in rep.members]
-    first = np.cumsum([0] + [len(m) for m in modes])
-    nx = int(first[-1])
-    offset, period = nx, nx + k
-    rows: list[int] = []
-    cols: list[int] = []
-    vals: list[float] = []
-    lo: list[float] = []
-    hi: list[float] = []
-    for c in range(k):  # one mode per class
-        rows += [len(lo)] * len(modes[c])
-        cols += range(first[c], first[c + 1])
-        vals += [1.0] * len(modes[c])
-        lo.append(1.0)
-        hi.append(1.0)
-    for u, v, delta in rep.edges:  # o_u + d_u − o_v − δ·p ≤ 0
-        d = ip.durations[rep.members[u]][modes[u]]
-        rows += [len(lo)] * (len(d) + 3)
-        cols += [*range(first[u], first[u + 1]), offset + u, offset + v, period]
-        vals += [*d.tolist(), 1.0, -1.0, -float(delta)]
-        lo.append(-highspy.kHighsInf)
-        hi.append(0.0)
-    matrix = sp.csc_matrix((vals, (rows, cols)), shape=(len(lo), period + 1))
-    matrix.sort_indices()
-    cost = np.concatenate(
-        [
-            np.concatenate([ip.costs[rep.members[c]][modes[c]] for c in range(k)]),
-            np.zeros(k),
-            [0.0 if ip.problem.hold == "deadline" else ip.idle_total_w],
-        ]
-    )
-    col_lo = np.concatenate([np.zeros(nx), np.full(k, -highspy.kHighsInf), [0.0]])
-    col_hi = np.concatenate([np.ones(nx), np.full(k, highspy.kHighsInf), [period_max]])
-    col_lo[offset] = col_hi[offset] = 0.0  # offsets are defined up to a translation
-    h = highs_model(cost, col_lo, col_hi, matrix, np.array(lo), np.array(hi), integer_columns=nx)
+    model = cyclic_model(ip, rep, period_max)
+    h = model.highs
     h.setOptionValue("time_limit", float(time_limit))
     h.setOptionValue("mip_rel_gap", CYCLIC_GAP)
     h.run()
     if h.getInfo().primal_solution_status != 2:  # no feasible solution
         return None
-    x = np.asarray(h.getSolution().col_value)
-    return [int(modes[c][int(np.argmax(x[first[c] : first[c + 1]]))]) for c in range(k)]
+    return [row[0] for row in model.choice()]
 
 
 def tiled_plans(

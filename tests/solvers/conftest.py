@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Callable
 from types import SimpleNamespace
 
 import networkx as nx
@@ -162,6 +163,39 @@ def pipeline_problem(stages: int = 3, microbatches: int = 6) -> tuple[Problem, f
     return problem, 1.06 * true_evaluate(problem, fast)[0]
 
 
+def one_f_one_b(
+    stages: int,
+    microbatches: int,
+    modes_of: Callable[[int, str], tuple[Mode, ...]],
+    idle_w: float = 60.0,
+) -> Problem:
+    """A synchronous 1F1B iteration (the design's order): stage s runs S − s − 1 warm-up
+    forwards, then one forward and one backward alternately, then the remaining
+    backwards. Tasks are named ``s{stage}.{f|b}{microbatch}``; `modes_of(stage, kind)`
+    gives each task's modes (kind ``"f"`` or ``"b"``)."""
+    tasks, edges = [], []
+    for s in range(stages):
+        warmup = min(stages - s - 1, microbatches)
+        order = [("f", m) for m in range(warmup)]
+        nf, nb = warmup, 0
+        while nf < microbatches:
+            order += [("f", nf), ("b", nb)]
+            nf, nb = nf + 1, nb + 1
+        order += [("b", m) for m in range(nb, microbatches)]
+        names = [f"s{s}.{k}{m}" for k, m in order]
+        edges += list(itertools.pairwise(names))
+        for k, m in order:
+            tasks.append(Task(f"s{s}.{k}{m}", f"gpu{s}", modes_of(s, k)))
+    for m in range(microbatches):
+        for s in range(1, stages):
+            edges.append((f"s{s - 1}.f{m}", f"s{s}.f{m}"))
+            edges.append((f"s{s}.b{m}", f"s{s - 1}.b{m}"))
+        edges.append((f"s{stages - 1}.f{m}", f"s{stages - 1}.b{m}"))
+    return Problem(
+        tuple(tasks), tuple(dict.fromkeys(edges)), {f"gpu{s}": idle_w for s in range(stages)}
+    )
+
+
 @pytest.fixture
 def bf() -> SimpleNamespace:
     """The helpers above, for test modules (conftest is not importable by name)."""
@@ -172,4 +206,5 @@ def bf() -> SimpleNamespace:
         random_problem=random_problem,
         deadline_between=deadline_between,
         pipeline_problem=pipeline_problem,
+        one_f_one_b=one_f_one_b,
     )

@@ -8,38 +8,12 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from solvers import Mode, Problem, Task
+from solvers import Mode
 from solvers.indexed import IndexedProblem, meets
 from solvers.lp import HullLP
 from solvers.periodic import CYCLIC_GAP, cyclic_plan, find_repetition, tiled_plans
 from solvers.relax import relax_once, relax_search
 from solvers.solve import fastest_plan
-
-
-def one_f_one_b(stages: int, microbatches: int, modes_of) -> Problem:
-    """A synchronous 1F1B iteration: stage s runs S − s − 1 warm-up forwards, then one
-    forward and one backward alternately, then the remaining backwards."""
-    tasks, edges = [], []
-    for s in range(stages):
-        warmup = min(stages - s - 1, microbatches)
-        order = [("f", m) for m in range(warmup)]
-        nf, nb = warmup, 0
-        while nf < microbatches:
-            order += [("f", nf), ("b", nb)]
-            nf, nb = nf + 1, nb + 1
-        order += [("b", m) for m in range(nb, microbatches)]
-        names = [f"s{s}.{k}{m}" for k, m in order]
-        edges += list(itertools.pairwise(names))
-        for k, m in order:
-            tasks.append(Task(f"s{s}.{k}{m}", f"gpu{s}", modes_of(s, k)))
-    for m in range(microbatches):
-        for s in range(1, stages):
-            edges.append((f"s{s - 1}.f{m}", f"s{s}.f{m}"))
-            edges.append((f"s{s}.b{m}", f"s{s - 1}.b{m}"))
-        edges.append((f"s{stages - 1}.f{m}", f"s{stages - 1}.b{m}"))
-    return Problem(
-        tuple(tasks), tuple(dict.fromkeys(edges)), {f"gpu{s}": 60.0 for s in range(stages)}
-    )
 
 
 def convex_modes(s: int, k: str, count: int = 6) -> tuple[Mode, ...]:
@@ -55,8 +29,8 @@ def microbatch(name: str) -> int:
 
 
 @pytest.mark.parametrize(("stages", "microbatches"), [(2, 12), (3, 14), (4, 20)])
-def test_interior_is_the_steady_state_of_1f1b(stages: int, microbatches: int) -> None:
-    ip = IndexedProblem(one_f_one_b(stages, microbatches, convex_modes))
+def test_interior_is_the_steady_state_of_1f1b(bf, stages: int, microbatches: int) -> None:
+    ip = IndexedProblem(bf.one_f_one_b(stages, microbatches, convex_modes))
     rep = find_repetition(ip)
     assert rep is not None
     # Every stage alternates F and B with the pattern of its neighbours exactly for
@@ -76,7 +50,7 @@ def test_interior_is_the_steady_state_of_1f1b(stages: int, microbatches: int) ->
 def test_no_repetition_without_enough_repeats(bf) -> None:
     assert find_repetition(IndexedProblem(bf.random_problem(3, max_tasks=8, max_modes=4))) is None
     # Four microbatches: no microbatch is steady on every stage.
-    assert find_repetition(IndexedProblem(one_f_one_b(3, 8, convex_modes))) is None
+    assert find_repetition(IndexedProblem(bf.one_f_one_b(3, 8, convex_modes))) is None
 
 
 def cycle_period(durations: list[float], edges, k: int) -> float:
@@ -101,7 +75,7 @@ def cycle_period(durations: list[float], edges, k: int) -> float:
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_cyclic_plan_matches_brute_force(seed: int) -> None:
+def test_cyclic_plan_matches_brute_force(bf, seed: int) -> None:
     rng = np.random.default_rng(seed)
 
     table: dict[tuple[int, str], tuple[Mode, ...]] = {}
@@ -114,7 +88,7 @@ def test_cyclic_plan_matches_brute_force(seed: int) -> None:
             table[(s, k)] = tuple(Mode(float(a), float(b)) for a, b in zip(d, e, strict=True))
         return table[(s, k)]
 
-    ip = IndexedProblem(one_f_one_b(2, 12, random_modes))
+    ip = IndexedProblem(bf.one_f_one_b(2, 12, random_modes))
     rep = find_repetition(ip)
     assert rep is not None
     k = len(rep.members)
@@ -136,8 +110,8 @@ def test_cyclic_plan_matches_brute_force(seed: int) -> None:
     assert objective(got) == pytest.approx(best, rel=CYCLIC_GAP)
 
 
-def test_cyclic_plan_below_the_fastest_period_is_none() -> None:
-    ip = IndexedProblem(one_f_one_b(3, 14, convex_modes))
+def test_cyclic_plan_below_the_fastest_period_is_none(bf) -> None:
+    ip = IndexedProblem(bf.one_f_one_b(3, 14, convex_modes))
     rep = find_repetition(ip)
     assert rep is not None
     fast = cycle_period(
@@ -148,8 +122,8 @@ def test_cyclic_plan_below_the_fastest_period_is_none() -> None:
 
 
 @pytest.mark.parametrize("slack", [1.02, 1.05, 1.10])
-def test_tiled_plans_meet_the_deadline_and_respect_the_bound(slack: float) -> None:
-    ip = IndexedProblem(one_f_one_b(4, 24, convex_modes))
+def test_tiled_plans_meet_the_deadline_and_respect_the_bound(bf, slack: float) -> None:
+    ip = IndexedProblem(bf.one_f_one_b(4, 24, convex_modes))
     rep = find_repetition(ip)
     assert rep is not None
     t_fast, _ = fastest_plan(ip)
@@ -165,8 +139,8 @@ def test_tiled_plans_meet_the_deadline_and_respect_the_bound(slack: float) -> No
     assert not lp.fixed.any()
 
 
-def test_relax_search_with_tiling_is_no_worse_than_one_lp() -> None:
-    ip = IndexedProblem(one_f_one_b(4, 24, convex_modes))
+def test_relax_search_with_tiling_is_no_worse_than_one_lp(bf) -> None:
+    ip = IndexedProblem(bf.one_f_one_b(4, 24, convex_modes))
     t_fast, _ = fastest_plan(ip)
     deadline = 1.05 * t_fast
     once = relax_once(HullLP(ip), deadline)

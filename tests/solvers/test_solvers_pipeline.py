@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 
 import pytest
 
-from solvers import Mode, Problem, Task, fastest_makespan, frontier, solve
+from solvers import Mode, Problem, fastest_makespan, frontier, solve
 
 
-def pipeline(stages: int, microbatches: int, clocks: int = 5) -> Problem:
-    """1F1B pipeline (order as in the design notes) with a simple DVFS model per op."""
+def pipeline(
+    one_f_one_b: Callable[..., Problem], stages: int, microbatches: int, clocks: int = 5
+) -> Problem:
+    """1F1B pipeline (`bf.one_f_one_b`) with a simple DVFS model per op."""
     freqs = [1410 - 90 * k for k in range(clocks)]
 
     def modes(kind: str, stage: int) -> tuple[Mode, ...]:
@@ -23,30 +26,12 @@ def pipeline(stages: int, microbatches: int, clocks: int = 5) -> Problem:
             out.append(Mode(t, power * t, label=f, setting=f))
         return tuple(out)
 
-    tasks, edges = [], []
-    for s in range(stages):
-        warm = min(stages - s - 1, microbatches)
-        order = [("f", m) for m in range(warm)]
-        nf, nb = warm, 0
-        while nf < microbatches:
-            order += [("f", nf), ("b", nb)]
-            nf, nb = nf + 1, nb + 1
-        order += [("b", m) for m in range(nb, microbatches)]
-        tasks += [Task(f"{k}{s}.{m}", f"gpu{s}", modes(k, s)) for k, m in order]
-        edges += [(f"{a}{s}.{i}", f"{b}{s}.{j}") for (a, i), (b, j) in itertools.pairwise(order)]
-        for m in range(microbatches):
-            if s > 0:
-                edges.append((f"f{s - 1}.{m}", f"f{s}.{m}"))
-            if s < stages - 1:
-                edges.append((f"b{s + 1}.{m}", f"b{s}.{m}"))
-            else:
-                edges.append((f"f{s}.{m}", f"b{s}.{m}"))
-    return Problem(tuple(tasks), tuple(edges), {f"gpu{s}": 75.0 for s in range(stages)})
+    return one_f_one_b(stages, microbatches, lambda s, k: modes(k, s), idle_w=75.0)
 
 
 @pytest.mark.parametrize("factor", [1.0, 1.1, 1.25])
-def test_relax_close_to_exact_on_a_pipeline(factor: float) -> None:
-    problem = pipeline(3, 4)
+def test_relax_close_to_exact_on_a_pipeline(bf, factor: float) -> None:
+    problem = pipeline(bf.one_f_one_b, 3, 4)
     deadline = factor * fastest_makespan(problem)
     exact = solve(problem, deadline, method="milp", gap=1e-7, time_limit=30)
     assert exact.status == "optimal"
@@ -60,8 +45,8 @@ def test_relax_close_to_exact_on_a_pipeline(factor: float) -> None:
     assert auto.energy == pytest.approx(exact.energy, rel=1e-6)
 
 
-def test_holding_to_the_deadline_charges_idle_power_until_then() -> None:
-    problem = pipeline(2, 3)
+def test_holding_to_the_deadline_charges_idle_power_until_then(bf) -> None:
+    problem = pipeline(bf.one_f_one_b, 2, 3)
     deadline = 1.3 * fastest_makespan(problem)
     held = Problem(problem.tasks, problem.edges, problem.idle_power, hold="deadline")
     a = solve(problem, deadline, method="milp", gap=1e-9)
@@ -78,8 +63,8 @@ def test_holding_to_the_deadline_charges_idle_power_until_then() -> None:
     assert relax.lower_bound <= b.energy * (1 + 1e-7) and relax.energy >= b.energy * (1 - 1e-9)
 
 
-def test_frontier_of_a_pipeline_spans_fastest_to_cheapest() -> None:
-    problem = pipeline(3, 4)
+def test_frontier_of_a_pipeline_spans_fastest_to_cheapest(bf) -> None:
+    problem = pipeline(bf.one_f_one_b, 3, 4)
     points = frontier(problem, num_points=15)
     assert len(points) >= 15
     assert points[0].makespan == pytest.approx(fastest_makespan(problem), rel=1e-9)
