@@ -11,7 +11,13 @@ import pytest
 from solvers import Mode
 from solvers.indexed import IndexedProblem, meets
 from solvers.lp import HullLP
-from solvers.periodic import CYCLIC_GAP, cyclic_plan, find_repetition, tiled_plans
+from solvers.periodic import (
+    CYCLIC_GAP,
+    cyclic_model,
+    cyclic_plan,
+    find_repetition,
+    tiled_plans,
+)
 from solvers.relax import relax_once, relax_search
 from solvers.solve import fastest_plan
 
@@ -149,3 +155,30 @@ def test_relax_search_with_tiling_is_no_worse_than_one_lp(bf) -> None:
     e_found = ip.evaluate(found.modes, deadline).energy
     assert meets(ip.evaluate(found.modes).makespan, deadline)
     assert e_found <= e_once * (1 + 1e-12)
+
+
+def test_longer_blocks_contain_the_shorter_ones(bf) -> None:
+    """A plan that repeats every rank also repeats every two ranks: per rank, the
+    2-rank block can only be cheaper. Its LP relaxation is exactly as cheap (averaging
+    the two ranks of any LP solution gives a 1-rank one)."""
+    ip = IndexedProblem(bf.one_f_one_b(3, 14, convex_modes))
+    rep = find_repetition(ip)
+    assert rep is not None
+    k = len(rep.members)
+    fast = cycle_period([float(ip.durations[i].min()) for i in rep.members], rep.edges, k)
+    per_rank = {}
+    for block in (1, 2):
+        for integer in (False, True):
+            model = cyclic_model(ip, rep, 1.08 * fast * block, block=block, integer=integer)
+            model.highs.setOptionValue("mip_rel_gap", 1e-9)
+            model.highs.run()
+            per_rank[(block, integer)] = model.highs.getInfo().objective_function_value / block
+    assert per_rank[(2, False)] == pytest.approx(per_rank[(1, False)], rel=1e-9)
+    assert per_rank[(2, True)] <= per_rank[(1, True)] * (1 + 1e-9)
+    assert per_rank[(1, False)] <= per_rank[(2, True)] * (1 + 1e-9)
+    # The 2-rank block's plan, read back, has one mode per class and rank.
+    model = cyclic_model(ip, rep, 1.08 * fast * 2, block=2)
+    model.highs.run()
+    choice = model.choice()
+    assert len(choice) == k
+    assert all(len(row) == 2 for row in choice)
