@@ -169,8 +169,9 @@ def _run_frontier(
     default="auto",
     show_default=True,
     help=(
-        "milp: exact (time-limited); relax: LP relaxation, rounding and local search"
-        " (stops when it stalls); auto: relax, then MILP stages when the problem is small."
+        "milp: exact (time-limited); relax: LP relaxation, rounding, a repeated"
+        " steady state for pipelines, and local search (stops when it stalls); auto:"
+        " relax, then MILP stages when the problem is small."
     ),
 )
 @click.option(
