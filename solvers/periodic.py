@@ -36,6 +36,7 @@ import highspy
 import numpy as np
 import scipy.sparse as sp
 
+from solvers.exceptions import SolverError
 from solvers.hull import pareto_modes
 from solvers.improve import improve, repair
 from solvers.indexed import IndexedProblem, meets
@@ -305,8 +306,12 @@ def tiled_plans(
             continue
         tile = [cyclic[rep.task_class[i]] for i in inner]
         lp.fix(inner, tile)
-        pinned = lp.solve()
-        lp.unfix_all()
+        try:
+            pinned = lp.solve()
+        except SolverError:  # numerical trouble with this tile: try the next period
+            pinned = None
+        finally:
+            lp.unfix_all()
         if pinned is None:  # the tile leaves the warm-up and cool-down no room
             continue
         on_vertex, down, _, _ = classify(lp, pinned.t)
