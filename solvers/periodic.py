@@ -85,9 +85,11 @@ def find_repetition(ip: IndexedProblem) -> Repetition | None:
     """Find the repeated pattern of `ip`'s DAG; None when there is none worth tiling.
 
     Tasks are in one class when they run on the same device with identical modes
-    (durations and energies). A task is interior when its successors and predecessors,
-    as (class, rank offset) pairs, are exactly its class's most common such set, and
-    every class that set names is itself repeated.
+    (durations and energies); a class needs `MIN_REPEATS` tasks. A task is interior
+    when its successors and predecessors, as (class, rank offset) pairs, are exactly
+    its class's most common such set, every class that set names is itself repeated,
+    and its rank lies in the range where every class's tasks are interior. None also
+    when the interior holds less than `MIN_INTERIOR_SHARE` of the tasks.
     """
     keys: dict[Hashable, int] = {}
     raw = np.empty(ip.n, dtype=np.int64)
