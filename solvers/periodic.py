@@ -28,6 +28,7 @@ Assumptions:
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
@@ -278,18 +279,28 @@ def tiled_plans(
     deadline: float,
     rep: Repetition,
     time_left: Callable[[], float],
+    *,
+    step_estimate: float = 0.0,
 ) -> list[list[int]]:
     """Plans whose steady state repeats one cyclic plan, for periods near the LP's.
+
+    A tile is started only while the time left covers one tile: `step_estimate` for
+    the first, then the last one's measured cost (the pinned LP solve is not
+    interruptible, and on 4096 tasks it takes seconds).
 
     Args:
         lp: the problem's LP (no pinned tasks; left without pins).
         deadline: s.
         rep: the problem's repetition.
         time_left: seconds the caller still allows.
+        step_estimate: s, the caller's estimate of one tile (an LP solve, rounding and
+            improvement).
 
     Returns:
         Feasible, improved plans (possibly none).
     """
+    if time_left() <= step_estimate:
+        return []
     ip = lp.ip
     lp.unfix_all()
     lp.set_deadline(deadline)
@@ -299,9 +310,11 @@ def tiled_plans(
     period = steady_period(rep, point.starts)
     inner = np.flatnonzero(rep.interior)
     plans = []
+    step = step_estimate
     for scale in PERIOD_SCALES:
-        if time_left() <= 0:
+        if time_left() <= step:
             break
+        started = time.perf_counter()
         limit = min(CYCLIC_TIME_LIMIT, 0.5 * time_left())
         cyclic = cyclic_plan(ip, rep, scale * period, limit)
         if cyclic is None:
@@ -323,4 +336,5 @@ def tiled_plans(
         if not meets(ip.evaluate(plan).makespan, deadline):
             plan = repair(ip, plan, deadline)
         plans.append(improve(ip, plan, deadline, time_limit=max(0.0, time_left())))
+        step = time.perf_counter() - started
     return plans

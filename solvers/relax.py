@@ -373,7 +373,9 @@ def relax_search(
             def tiling_left() -> float:
                 return min(left(), end - time.perf_counter())
 
-            for modes in tiled_plans(lp, deadline, rep, tiling_left):
+            # A pinned LP solve is slower than a warm one: allow two relax steps a tile.
+            tiles = tiled_plans(lp, deadline, rep, tiling_left, step_estimate=2 * end_cost)
+            for modes in tiles:
                 consider(RelaxResult(modes, first.bound, first.lp_point, 1))
     if not done() and left() > 0:
         modes = perturb_search(ip, best.modes, deadline, time_limit=left())

@@ -145,16 +145,36 @@ def test_tiled_plans_meet_the_deadline_and_respect_the_bound(bf, slack: float) -
     assert not lp.fixed.any()
 
 
-def test_relax_search_with_tiling_is_no_worse_than_one_lp(bf) -> None:
+def test_relax_search_keeps_the_best_tiled_plan(bf, monkeypatch) -> None:
+    import solvers.relax as relax
+
+    seen: list[list[int]] = []
+
+    def recording(*args, **kwargs):
+        plans = tiled_plans(*args, **kwargs)
+        seen.extend(plans)
+        return plans
+
+    monkeypatch.setattr(relax, "tiled_plans", recording)
     ip = IndexedProblem(bf.one_f_one_b(4, 24, convex_modes))
     t_fast, _ = fastest_plan(ip)
     deadline = 1.05 * t_fast
-    once = relax_once(HullLP(ip), deadline)
     found = relax_search(HullLP(ip), deadline, t_fast, time_limit=5.0)
-    e_once = ip.evaluate(once.modes, deadline).energy
+    assert seen, "relax_search did not tile this pipeline"
+    best_tiled = min(ip.evaluate(plan, deadline).energy for plan in seen)
     e_found = ip.evaluate(found.modes, deadline).energy
     assert meets(ip.evaluate(found.modes).makespan, deadline)
-    assert e_found <= e_once * (1 + 1e-12)
+    assert e_found <= best_tiled * (1 + 1e-12)
+
+
+def test_no_tiling_when_the_time_is_spent(bf) -> None:
+    ip = IndexedProblem(bf.one_f_one_b(4, 24, convex_modes))
+    rep = find_repetition(ip)
+    assert rep is not None
+    t_fast, _ = fastest_plan(ip)
+    lp = HullLP(ip)
+    assert tiled_plans(lp, 1.05 * t_fast, rep, lambda: 0.0) == []
+    assert tiled_plans(lp, 1.05 * t_fast, rep, lambda: 1.0, step_estimate=2.0) == []
 
 
 def test_longer_blocks_contain_the_shorter_ones(bf) -> None:
