@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Sequence
 
 import highspy
@@ -202,6 +203,8 @@ class HullLP:
         self.highs = highs_model(cost, col_lo, col_hi, a, np.concatenate(lo), np.concatenate(hi))
         self._fixed = np.zeros(n, dtype=bool)
         self._solved = False
+        #: s, wall time of the first (cold) solve; 0 until then.
+        self.cold_solve_s = 0.0
 
     # --------------------------------------------------------------- modifiers
     def set_deadline(self, deadline: float | None) -> None:
@@ -246,12 +249,14 @@ class HullLP:
         # Large cold solves are far faster by interior point (with crossover, which
         # leaves a basis); re-solves after small changes warm-start the dual simplex.
         cold = not self._solved
+        started = time.perf_counter()
         if cold and self.highs.getNumCol() > IPM_COLUMNS:
             h.setOptionValue("solver", "ipm")
         h.run()
         if cold:
             h.setOptionValue("solver", "choose")
             self._solved = True
+            self.cold_solve_s = time.perf_counter() - started
         status = h.getModelStatus()
         if status == highspy.HighsModelStatus.kInfeasible:
             return None

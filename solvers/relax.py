@@ -191,7 +191,7 @@ GENERATOR_SHARE = 0.4
 
 #: Share of `relax_search`'s time that tiling may use at least (`solvers.periodic`),
 #: after the sweeps and dives.
-TILING_SHARE = 0.15
+TILING_SHARE = 0.2
 
 #: Deadlines per sweep, one sweep after another while time remains. Different step
 #: counts pass through different plans; on pipelines each sweep can find a cheaper one.
@@ -373,9 +373,7 @@ def relax_search(
             def tiling_left() -> float:
                 return min(left(), end - time.perf_counter())
 
-            # A pinned LP solve is slower than a warm one: allow two relax steps a tile.
-            tiles = tiled_plans(lp, deadline, rep, tiling_left, step_estimate=2 * end_cost)
-            for modes in tiles:
+            for modes in tiled_plans(lp, deadline, rep, tiling_left):
                 consider(RelaxResult(modes, first.bound, first.lp_point, 1))
     if not done() and left() > 0:
         modes = perturb_search(ip, best.modes, deadline, time_limit=left())
