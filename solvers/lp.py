@@ -332,6 +332,13 @@ def vertex_modes(lp: HullLP, t: np.ndarray) -> np.ndarray:
     return np.array([lp.hull[i][j] for i, j in enumerate(k)], dtype=np.int64)
 
 
+def round_down(lp: HullLP, t: np.ndarray) -> np.ndarray:
+    """Modes for LP durations, never slower: the hull vertex where t sits on one, else the
+    cheapest Pareto mode no slower than t (it fits the LP's own schedule)."""
+    on_vertex, down, _, _ = classify(lp, t)
+    return np.where(on_vertex, vertex_modes(lp, t), down)
+
+
 def _pad(rows: Sequence[np.ndarray], fill: float = np.inf) -> np.ndarray:
     """Stack ragged 1-D arrays into a 2-D array padded with `fill`."""
     k = max(len(r) for r in rows)

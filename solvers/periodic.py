@@ -41,7 +41,7 @@ from solvers.exceptions import SolverError
 from solvers.hull import pareto_modes
 from solvers.improve import improve, repair
 from solvers.indexed import IndexedProblem, meets
-from solvers.lp import HullLP, classify, highs_model, vertex_modes
+from solvers.lp import HullLP, LPPoint, highs_model, round_down
 
 #: A class needs at least this many tasks to count as repeated.
 MIN_REPEATS = 8
@@ -142,14 +142,18 @@ def find_repetition(ip: IndexedProblem) -> Repetition | None:
         return None
     if interior.sum() < MIN_INTERIOR_SHARE * ip.n:
         return None
-    edges = tuple(
-        sorted((c, d, delta) for c in classes for tag, d, delta in steady[c] if tag == "s")
-    )
     members = tuple(int(np.flatnonzero(interior & (task_class == c))[0]) for c in classes)
-    # Renumber the classes 0 … k−1 in the order of `members`.
-    renumber = {c: k for k, c in enumerate(classes)}
-    task_class = np.array([renumber.get(int(c), -1) for c in task_class], dtype=np.int64)
-    edges = tuple((renumber[c], renumber[d], delta) for c, d, delta in edges)
+    # Classes are numbered 0 … k−1 from here on, in the order of `members`.
+    number = {c: k for k, c in enumerate(classes)}
+    edges = tuple(
+        sorted(
+            (number[c], number[d], delta)
+            for c in classes
+            for tag, d, delta in steady[c]
+            if tag == "s"
+        )
+    )
+    task_class = np.array([number.get(int(c), -1) for c in task_class], dtype=np.int64)
     return Repetition(task_class, rank, interior, edges, members)
 
 
@@ -278,6 +282,7 @@ def cyclic_plan(
 def tiled_plans(
     lp: HullLP,
     deadline: float,
+    point: LPPoint,
     rep: Repetition,
     time_left: Callable[[], float],
     *,
@@ -293,6 +298,8 @@ def tiled_plans(
     Args:
         lp: the problem's LP (no pinned tasks; left without pins).
         deadline: s.
+        point: the LP's optimum at `deadline` without pins (its steady period is the
+            reference for the tiles').
         rep: the problem's repetition.
         time_left: seconds the caller still allows.
         step_estimate: s; None: 3 × the LP's cold solve (the MILP takes at most half
@@ -307,9 +314,6 @@ def tiled_plans(
     ip = lp.ip
     lp.unfix_all()
     lp.set_deadline(deadline)
-    point = lp.solve()
-    if point is None:
-        return []
     period = steady_period(rep, point.starts)
     inner = np.flatnonzero(rep.interior)
     plans = []
@@ -321,7 +325,7 @@ def tiled_plans(
         cyclic = cyclic_plan(ip, rep, scale * period, limit)
         if cyclic is None:
             continue
-        tile = [cyclic[rep.task_class[i]] for i in inner]
+        tile = np.asarray(cyclic)[rep.task_class[inner]]
         lp.fix(inner, tile)
         try:
             pinned = lp.solve()
@@ -332,8 +336,7 @@ def tiled_plans(
         if pinned is None:  # the tile leaves the warm-up and cool-down no room
             continue
         step = time.perf_counter() - started
-        on_vertex, down, _, _ = classify(lp, pinned.t)
-        modes = np.where(on_vertex, vertex_modes(lp, pinned.t), down)
+        modes = round_down(lp, pinned.t)
         modes[inner] = tile
         plan = modes.tolist()
         if not meets(ip.evaluate(plan).makespan, deadline):

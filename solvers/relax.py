@@ -41,7 +41,7 @@ import numpy as np
 
 from solvers.improve import improve, repair
 from solvers.indexed import IndexedProblem, meets
-from solvers.lp import HullLP, LPPoint, classify, vertex_modes
+from solvers.lp import HullLP, LPPoint, classify, round_down, vertex_modes
 from solvers.periodic import Repetition, find_repetition, tiled_plans
 from solvers.perturb import perturb_search
 from solvers.solution import relative_gap
@@ -164,8 +164,7 @@ def relax_once(
     point = lp.solve()
     if point is None:
         return None
-    on_vertex, down, _, _ = classify(lp, point.t)
-    rounded = np.where(on_vertex, vertex_modes(lp, point.t), down).tolist()
+    rounded = round_down(lp, point.t).tolist()
     if deadline is not None and not meets(ip.evaluate(rounded).makespan, deadline):
         rounded = repair(ip, rounded, deadline)
     best: list[int] | None = None
@@ -373,7 +372,7 @@ def relax_search(
             def tiling_left() -> float:
                 return min(left(), end - time.perf_counter())
 
-            for modes in tiled_plans(lp, deadline, rep, tiling_left):
+            for modes in tiled_plans(lp, deadline, first.lp_point, rep, tiling_left):
                 consider(RelaxResult(modes, first.bound, first.lp_point, 1))
     if not done() and left() > 0:
         modes = perturb_search(ip, best.modes, deadline, time_limit=left())

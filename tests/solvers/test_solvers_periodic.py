@@ -135,8 +135,9 @@ def test_tiled_plans_meet_the_deadline_and_respect_the_bound(bf, slack: float) -
     t_fast, _ = fastest_plan(ip)
     deadline = slack * t_fast
     lp = HullLP(ip)
-    bound = relax_once(lp, deadline).bound
-    plans = tiled_plans(lp, deadline, rep, lambda: 60.0)
+    once = relax_once(lp, deadline)
+    bound = once.bound
+    plans = tiled_plans(lp, deadline, once.lp_point, rep, lambda: 60.0)
     assert plans
     for plan in plans:
         ev = ip.evaluate(plan, deadline)
@@ -173,8 +174,9 @@ def test_no_tiling_when_the_time_is_spent(bf) -> None:
     assert rep is not None
     t_fast, _ = fastest_plan(ip)
     lp = HullLP(ip)
-    assert tiled_plans(lp, 1.05 * t_fast, rep, lambda: 0.0) == []
-    assert tiled_plans(lp, 1.05 * t_fast, rep, lambda: 1.0, step_estimate=2.0) == []
+    point = relax_once(lp, 1.05 * t_fast).lp_point
+    assert tiled_plans(lp, 1.05 * t_fast, point, rep, lambda: 0.0) == []
+    assert tiled_plans(lp, 1.05 * t_fast, point, rep, lambda: 1.0, step_estimate=2.0) == []
 
 
 def test_longer_blocks_contain_the_shorter_ones(bf) -> None:
