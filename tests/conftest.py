@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -13,6 +15,49 @@ settings.register_profile(
     "ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile("ci")
+
+#: Data shipped with the repository for the tests (see tests/data/README.md).
+TEST_DATA_DIR = Path(__file__).resolve().parent / "data"
+
+
+def find_test_data(relative: str | os.PathLike[str]) -> Path:
+    """The one lookup of test data: ``tests/data/<relative>``, else ``$EOPT_DATA_DIR/<relative>``.
+
+    The repository ships what the tests need, so a fresh clone never depends on the
+    project's shared data folder; ``$EOPT_DATA_DIR`` only serves files not shipped.
+
+    Args:
+        relative: A path relative to the data folder, e.g.
+            ``"perseus_sosp24/stage_profile/gpt3-175b+a100_sxm_bf16.csv"``.
+
+    Returns:
+        The existing file or folder.
+
+    Raises:
+        pytest.fail: when neither place has it (a missing file fails the test; it is
+            never skipped).
+    """
+    rel = Path(relative)
+    if rel.is_absolute():
+        raise ValueError(f"test data path must be relative to tests/data, got {rel}")
+    shipped = TEST_DATA_DIR / rel
+    if shipped.exists():
+        return shipped
+    env = os.environ.get("EOPT_DATA_DIR")
+    if env and (Path(env) / rel).exists():
+        return Path(env) / rel
+    where = f"{TEST_DATA_DIR}" + (f" or {env}" if env else "")
+    pytest.fail(
+        f"test data {rel} not found in {where}; copy it into tests/data/{rel} "
+        "(and note its source in that folder's README.md)",
+        pytrace=False,
+    )
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Callable[[str], Path]:
+    """``shared_data("lowtime_bench/s4_m8_u1ms/dag.json")`` → the file (see find_test_data)."""
+    return find_test_data
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,7 @@ Targets: time within 3 %, energy within 5 % at every clock of every stage.
 from __future__ import annotations
 
 import csv
-import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -20,13 +20,6 @@ from eopt.devices.sim_kernels import get_kernel
 from eopt.devices.sim_physics import steady_state_run
 from eopt.devices.sim_profiles import load_profile
 
-# The project's shared data sit beside the checkout (../shared/data); EOPT_DATA_DIR overrides.
-SHARED_DATA = (
-    Path(os.environ["EOPT_DATA_DIR"])
-    if os.environ.get("EOPT_DATA_DIR")
-    else Path(__file__).resolve().parents[3] / "shared" / "data"
-)
-DATA = SHARED_DATA / "perseus_sosp24/stage_profile"
 CURVES = {
     "perseus_gpt3_fwd": ("gpt3-175b+a100_sxm_bf16.csv", "forward"),
     "perseus_gpt3_bwd": ("gpt3-175b+a100_sxm_bf16.csv", "backward"),
@@ -35,16 +28,26 @@ CURVES = {
 }
 
 
-def _measured(kernel: str, stage: int) -> dict[str, np.ndarray]:
-    filename, instruction = CURVES[kernel]
-    with open(DATA / filename, newline="") as handle:
-        rows = sorted(
-            (float(r["frequency"]), float(r["time"]), float(r["energy"]))
-            for r in csv.DictReader(handle)
-            if int(r["stage"]) == stage and r["instruction"] == instruction
-        )
-    arr = np.array(rows)
-    return {"clock": arr[:, 0], "time": arr[:, 1], "energy": arr[:, 2]}
+Measured = Callable[[str, int], dict[str, np.ndarray]]
+
+
+@pytest.fixture
+def measured(shared_data: Callable[[str], Path]) -> Measured:
+    """``measured(kernel, stage)``: Perseus's measured curve (clock MHz, time s, energy J)."""
+
+    def read(kernel: str, stage: int) -> dict[str, np.ndarray]:
+        filename, instruction = CURVES[kernel]
+        path = shared_data(f"perseus_sosp24/stage_profile/{filename}")
+        with open(path, newline="") as handle:
+            rows = sorted(
+                (float(r["frequency"]), float(r["time"]), float(r["energy"]))
+                for r in csv.DictReader(handle)
+                if int(r["stage"]) == stage and r["instruction"] == instruction
+            )
+        arr = np.array(rows)
+        return {"clock": arr[:, 0], "time": arr[:, 1], "energy": arr[:, 2]}
+
+    return read
 
 
 def _model(kernel: str, stage: int, clocks: np.ndarray) -> dict[str, np.ndarray]:
@@ -62,8 +65,10 @@ def _model(kernel: str, stage: int, clocks: np.ndarray) -> dict[str, np.ndarray]
 
 @pytest.mark.parametrize("kernel", sorted(CURVES))
 @pytest.mark.parametrize("stage", range(8))
-def test_shipped_parameters_reproduce_every_measured_clock(kernel: str, stage: int):
-    data = _measured(kernel, stage)
+def test_shipped_parameters_reproduce_every_measured_clock(
+    kernel: str, stage: int, measured: Measured
+):
+    data = measured(kernel, stage)
     assert len(data["clock"]) == 38
     model = _model(kernel, stage, data["clock"])
     time_err = np.abs(model["duration_s"] / data["time"] - 1.0)
@@ -76,8 +81,8 @@ def test_shipped_parameters_reproduce_every_measured_clock(kernel: str, stage: i
 
 
 @pytest.mark.parametrize("kernel", sorted(CURVES))
-def test_energy_is_u_shaped_with_the_measured_minimum(kernel: str):
-    data = _measured(kernel, 0)
+def test_energy_is_u_shaped_with_the_measured_minimum(kernel: str, measured: Measured):
+    data = measured(kernel, 0)
     clocks = np.array(load_profile("A100-SXM4-80GB").sm_clocks_mhz[::-1])
     clocks = clocks[clocks >= 855]
     model = _model(kernel, 0, clocks)
@@ -90,9 +95,9 @@ def test_energy_is_u_shaped_with_the_measured_minimum(kernel: str):
     assert np.all(np.diff(model["duration_s"]) < 0)  # time keeps rising as the clock drops
 
 
-def test_the_simulated_gpu_itself_reproduces_measured_points_once_warm():
+def test_the_simulated_gpu_itself_reproduces_measured_points_once_warm(measured: Measured):
     gpu = SimulatedGPU("A100-SXM4-80GB", noise=False)
-    data = _measured("perseus_gpt3_fwd", 0)
+    data = measured("perseus_gpt3_fwd", 0)
     for mhz in (1410.0, 1080.0, 855.0):
         gpu.set_operating_point(OperatingPoint(sm_clock_mhz=mhz))
         for _ in range(1200):  # ~70 s of virtual time: the thermal state settles

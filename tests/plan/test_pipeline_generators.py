@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
+from collections.abc import Callable
 from pathlib import Path
 
 import networkx as nx
@@ -13,19 +13,21 @@ from eopt.plan.perseus import ProfileError, read_perseus_profile, stage_count
 from eopt.plan.pipeline import gpipe_order, one_f_one_b_order, pipeline_plan, task_name
 from eopt.plan.planfile import PlanError
 
-# The project's shared data sit beside the checkout (../shared/data); EOPT_DATA_DIR overrides.
-SHARED_DATA = (
-    Path(os.environ["EOPT_DATA_DIR"])
-    if os.environ.get("EOPT_DATA_DIR")
-    else Path(__file__).resolve().parents[3] / "shared" / "data"
-)
-DATA = SHARED_DATA
-DAG = DATA / "lowtime_bench" / "s4_m8_u1ms" / "dag.json"
-GPT3_A100 = DATA / "perseus_sosp24" / "stage_profile" / "gpt3-175b+a100_sxm_bf16.csv"
+
+@pytest.fixture
+def lowtime_dag(shared_data: Callable[[str], Path]) -> dict:
+    """lowtime's 4-stage × 8-microbatch 1F1B DAG (tests/data/lowtime_bench)."""
+    return json.loads(shared_data("lowtime_bench/s4_m8_u1ms/dag.json").read_text())
 
 
-def test_1f1b_edges_match_lowtime_dag() -> None:
-    dag = json.loads(DAG.read_text())
+@pytest.fixture
+def gpt3_a100(shared_data: Callable[[str], Path]) -> Path:
+    """Perseus's GPT-3 stage profile on the A100-SXM4-80GB (tests/data/perseus_sosp24)."""
+    return shared_data("perseus_sosp24/stage_profile/gpt3-175b+a100_sxm_bf16.csv")
+
+
+def test_1f1b_edges_match_lowtime_dag(lowtime_dag: dict) -> None:
+    dag = lowtime_dag
     nodes = {n["id"]: n for n in dag["nodes"]}
     reference = {
         (
@@ -40,9 +42,9 @@ def test_1f1b_edges_match_lowtime_dag() -> None:
     assert len(plan.edges()) == len(reference)
 
 
-def test_1f1b_order_in_dag_node_listing() -> None:
+def test_1f1b_order_in_dag_node_listing(lowtime_dag: dict) -> None:
     """The dag lists each stage's nodes in execution order; ours must agree."""
-    dag = json.loads(DAG.read_text())
+    dag = lowtime_dag
     S, M = dag["num_stages"], dag["num_microbatches"]
     for s in range(S):
         listed = [(n["kind"], n["microbatch"]) for n in dag["nodes"] if n["stage"] == s]
@@ -112,8 +114,8 @@ def test_generator_errors() -> None:
         pipeline_plan(2, 0, 50.0)
 
 
-def test_perseus_profile_loads() -> None:
-    sigs = read_perseus_profile(GPT3_A100, 83.64)
+def test_perseus_profile_loads(gpt3_a100: Path) -> None:
+    sigs = read_perseus_profile(gpt3_a100, 83.64)
     assert len(sigs) == 608
     types = {s.name for s in sigs}
     assert types == {f"stage{s}.{k}" for s in range(8) for k in ("forward", "backward")}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import itertools
 import json
-import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,13 +16,11 @@ from eopt.cli import cli, main
 from eopt.plan.planfile import read_plan
 from eopt.plan.schedule import read_schedule
 
-# The project's shared data sit beside the checkout (../shared/data); EOPT_DATA_DIR overrides.
-SHARED_DATA = (
-    Path(os.environ["EOPT_DATA_DIR"])
-    if os.environ.get("EOPT_DATA_DIR")
-    else Path(__file__).resolve().parents[3] / "shared" / "data"
-)
-GPT3_A100 = SHARED_DATA / "perseus_sosp24/stage_profile/gpt3-175b+a100_sxm_bf16.csv"
+
+@pytest.fixture
+def gpt3_a100(shared_data: Callable[[str], Path]) -> Path:
+    """Perseus's GPT-3 stage profile on the A100-SXM4-80GB (tests/data/perseus_sosp24)."""
+    return shared_data("perseus_sosp24/stage_profile/gpt3-175b+a100_sxm_bf16.csv")
 
 
 def _run(args: list[str]) -> str:
@@ -42,11 +40,11 @@ def _fail(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
 
 
 @pytest.fixture()
-def small_plan(tmp_path: Path) -> Path:
+def small_plan(tmp_path: Path, gpt3_a100: Path) -> Path:
     out = tmp_path / "plan.yaml"
     _run(
         [
-            "plan", "pipeline", "--profile", str(GPT3_A100), "--stages", "4",
+            "plan", "pipeline", "--profile", str(gpt3_a100), "--stages", "4",
             "--microbatches", "3", "--idle-power", "83.64W", "-o", str(out),
         ]
     )  # fmt: skip
@@ -151,7 +149,9 @@ def test_unknown_element_type(small_plan: Path, capsys: pytest.CaptureFixture[st
     assert "no signature of type 'stage9.forward'" in err and "plan.yaml: elements[" in err
 
 
-def test_plan_pipeline_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_plan_pipeline_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], gpt3_a100: Path
+) -> None:
     bad = tmp_path / "p.csv"
     bad.write_text("stage,instruction,frequency,time,energy\n0,forward,1410,x,1\n")
     err = _fail(
@@ -161,7 +161,7 @@ def test_plan_pipeline_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     )  # fmt: skip
     assert "p.csv:2: time (s) must be a number" in err
     err = _fail(
-        ["plan", "pipeline", "--profile", str(GPT3_A100), "-S", "9", "-M", "2",
+        ["plan", "pipeline", "--profile", str(gpt3_a100), "-S", "9", "-M", "2",
          "--idle-power", "80", "-o", str(tmp_path / "x.yaml")],
         capsys,
     )  # fmt: skip

@@ -1,6 +1,6 @@
 """Plans priced and solved against numbers computed outside eopt.
 
-``../shared/data/lowtime_bench/s4_m8_u1ms/summary.json`` holds the true energy of the
+``tests/data/lowtime_bench/s4_m8_u1ms/summary.json`` holds the true energy of the
 4-stage × 8-microbatch 1F1B iteration at every uniform clock, recomputed from the
 measured profile with Perseus's accounting Σ E_i + P_block·(S·T − Σ t_i), and the
 README quotes exact MILP optima for deadlines relative to the all-max-clock makespan.
@@ -9,7 +9,7 @@ README quotes exact MILP optima for deadlines relative to the all-max-clock make
 from __future__ import annotations
 
 import json
-import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,19 +24,13 @@ from eopt.plan.solve import baseline, solve_plan
 from solvers import evaluate
 
 Case = tuple[Plan, Library, dict[str, Any]]
-# The project's shared data sit beside the checkout (../shared/data); EOPT_DATA_DIR overrides.
-SHARED_DATA = (
-    Path(os.environ["EOPT_DATA_DIR"])
-    if os.environ.get("EOPT_DATA_DIR")
-    else Path(__file__).resolve().parents[3] / "shared" / "data"
-)
-BENCH = SHARED_DATA / "lowtime_bench/s4_m8_u1ms"
 
 
 @pytest.fixture(scope="module")
-def lowtime_case() -> Case:
-    summary = json.loads((BENCH / "summary.json").read_text())
-    lib = Library(read_perseus_profile(BENCH / "profile.csv", summary["p2p_power_w"]))
+def lowtime_case(shared_data: Callable[[str], Path]) -> Case:
+    bench = shared_data("lowtime_bench/s4_m8_u1ms")
+    summary = json.loads((bench / "summary.json").read_text())
+    lib = Library(read_perseus_profile(bench / "profile.csv", summary["p2p_power_w"]))
     plan = pipeline_plan(summary["stages"], summary["microbatches"], summary["p2p_power_w"])
     return plan, lib, summary
 

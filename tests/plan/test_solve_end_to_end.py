@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
+from collections.abc import Callable
 from pathlib import Path
 
 import networkx as nx
@@ -30,13 +30,13 @@ from eopt.plan.problem import build_problem
 from eopt.plan.schedule import Schedule, read_schedule, write_schedule
 from eopt.plan.solve import solve_plan
 
-# The project's shared data sit beside the checkout (../shared/data); EOPT_DATA_DIR overrides.
-SHARED_DATA = (
-    Path(os.environ["EOPT_DATA_DIR"])
-    if os.environ.get("EOPT_DATA_DIR")
-    else Path(__file__).resolve().parents[3] / "shared" / "data"
-)
-GPT3_A100 = SHARED_DATA / "perseus_sosp24/stage_profile/gpt3-175b+a100_sxm_bf16.csv"
+
+@pytest.fixture
+def gpt3_a100(shared_data: Callable[[str], Path]) -> Path:
+    """Perseus's GPT-3 stage profile on the A100-SXM4-80GB (tests/data/perseus_sosp24)."""
+    return shared_data("perseus_sosp24/stage_profile/gpt3-175b+a100_sxm_bf16.csv")
+
+
 IDLE_W = 100.0
 CLOCKS = (1400, 1200, 1000, 800)
 
@@ -222,13 +222,13 @@ def test_schedule_file_round_trip_and_baseline(tmp_path: Path) -> None:
     assert again.energy <= base["energy"]
 
 
-def test_gpt3_a100_reference_optimum() -> None:
+def test_gpt3_a100_reference_optimum(gpt3_a100: Path) -> None:
     """Real profile, 8 stages × 12 microbatches, s̄ = 83.64 W, T ≤ 3.0 s.
 
     The data README quotes the exact discrete optimum 5719.9 J (MILP). Our plan must be
     within 0.5 % of it, and our certified lower bound may not exceed it.
     """
-    lib = Library(read_perseus_profile(GPT3_A100, 83.64))
+    lib = Library(read_perseus_profile(gpt3_a100, 83.64))
     plan = pipeline_plan(8, 12, 83.64)
     schedule = solve_plan(plan, deadline=3.0, method="relax", library=lib)
     _check_schedule(schedule, plan, lib)

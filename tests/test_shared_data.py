@@ -1,0 +1,57 @@
+"""The one test-data lookup (``shared_data`` in tests/conftest.py) works on a fresh clone."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+
+# Every file the suite reads through the fixture; each must ship with the repository.
+NEEDED = [
+    "perseus_sosp24/stage_profile/gpt3-175b+a100_sxm_bf16.csv",
+    "perseus_sosp24/stage_profile/bloom+a100_sxm_bf16.csv",
+    "lowtime_bench/s4_m8_u1ms/dag.json",
+    "lowtime_bench/s4_m8_u1ms/profile.csv",
+    "lowtime_bench/s4_m8_u1ms/summary.json",
+    "kokkos_dbscan_h100/README.md",
+]
+
+
+@pytest.mark.parametrize("relative", NEEDED)
+def test_needed_data_ships_in_tests_data(
+    relative: str, shared_data: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EOPT_DATA_DIR", "/nonexistent")
+    found = shared_data(relative)
+    assert found == TESTS / "data" / relative
+    assert found.stat().st_size > 0
+
+
+def test_every_shipped_folder_says_where_its_data_came_from() -> None:
+    folders = [p for p in (TESTS / "data").iterdir() if p.is_dir()]
+    assert folders
+    for folder in folders:
+        readme = folder / "README.md"
+        assert readme.is_file(), f"{folder} has no README.md with its provenance"
+        assert folder.name in (TESTS / "data" / "README.md").read_text()
+
+
+def test_falls_back_to_eopt_data_dir(
+    tmp_path: Path, shared_data: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    extra = tmp_path / "bench" / "only_here.csv"
+    extra.parent.mkdir()
+    extra.write_text("a,b\n1,2\n")
+    monkeypatch.setenv("EOPT_DATA_DIR", str(tmp_path))
+    assert shared_data("bench/only_here.csv") == extra
+
+
+def test_missing_data_fails_naming_where_to_put_it(
+    shared_data: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("EOPT_DATA_DIR", raising=False)
+    with pytest.raises(pytest.fail.Exception, match=r"copy it into tests/data/nope/x\.csv"):
+        shared_data("nope/x.csv")
