@@ -1,0 +1,112 @@
+"""``eopt attribute PATH``: per-region energy of a recorded trace."""
+
+from __future__ import annotations
+
+import click
+
+from eopt.cli._common import UserError, console, write_json
+
+__all__ = ["command", "csv_options"]
+
+
+def csv_options(f: click.decorators.FC) -> click.decorators.FC:
+    """The options that say how to read another tool's power CSV."""
+    options = [
+        click.option(
+            "--time-column", help="Power CSV: the time column (found automatically by default)."
+        ),
+        click.option(
+            "--power-column",
+            help="Power CSV: the power column (default: one whose name contains 'power').",
+        ),
+        click.option(
+            "--time-unit",
+            type=click.Choice(["auto", "s", "ms", "us", "ns", "datetime"]),
+            default="auto",
+            show_default=True,
+            help="Power CSV: unit of the time column (datetime: '2024/05/01 12:00:00.123').",
+        ),
+        click.option(
+            "--events",
+            "events_path",
+            type=click.Path(dir_okay=False),
+            help="Power CSV: an events.csv (dashboard layout) with the run's regions.",
+        ),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+@click.command("attribute")
+@click.argument("path", metavar="PATH", type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="Print eopt.attribution/1 JSON on stdout.")
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False), help="Also write the JSON to this file."
+)
+@click.option(
+    "--domain",
+    type=click.Choice(["GPU", "CPU_PKG", "CPU_DRAM", "NODE"], case_sensitive=False),
+    help="Only this power domain (default: every series, summed).",
+)
+@click.option("--calls", is_flag=True, help="JSON: also list every call with its energy.")
+@click.option("--regions-only", is_flag=True, help="Table: hide kernels and copies.")
+@csv_options
+def command(
+    path: str,
+    as_json: bool,
+    output: str | None,
+    domain: str | None,
+    calls: bool,
+    regions_only: bool,
+    time_column: str | None,
+    power_column: str | None,
+    time_unit: str,
+    events_path: str | None,
+) -> None:
+    """Charge a recorded run's energy to its regions and kernels.
+
+    PATH is a trace folder (events.csv + power_samples.csv, as energy-dashboard-for-kokkos
+    and `eopt measure --trace-dir` write; rank_<N>/ folders for MPI), one run of the Kokkos
+    NVML connector (FOLDER/<run> for <run>-nvml-power.csv and its regions and kernels), an
+    eopt measurement .json, or any power CSV (nvidia-smi, DCGM; with --events for regions).
+
+    Per region name: calls, time, inclusive energy, exclusive energy (without nested
+    events), mean power and share of the total; per power series its energy; the energy
+    outside every event. Power is integrated with the trapezoid rule, interpolated at event
+    edges; events that overlap without nesting share the overlap equally, so exclusive +
+    outside = total. A region outside the power trace has unknown energy, never 0.
+
+    \b
+    Examples:
+      eopt attribute run-trace/
+      eopt attribute data/fdbscan/illyad-2495425 --regions-only
+      eopt attribute power.csv --events events.csv --time-unit datetime
+      eopt attribute mpi-run/ --json -o attribution.json
+    """
+    from eopt.measure.attribution import attribute, sum_attributions
+    from eopt.measure.trace_io import PowerCsvOptions, read_traces
+    from eopt.measure.traces import TraceError
+    from eopt.report.attribution_table import render_attribution
+
+    opts = PowerCsvOptions(
+        time_column=time_column,
+        power_column=power_column,
+        time_unit=time_unit,
+        events=events_path,
+    )
+    try:
+        traces = read_traces(path, opts)
+        parts = [attribute(t, domain=domain) for t in traces]
+        result = (
+            parts[0] if len(parts) == 1 and parts[0].rank is None else sum_attributions(parts, path)
+        )
+    except TraceError as exc:
+        raise UserError(str(exc)) from None
+    data = result.to_dict(calls=calls)
+    if output:
+        write_json(output, data)
+    if as_json:
+        write_json("-", data)
+    else:
+        render_attribution(result, console, kernels=not regions_only)

@@ -1,0 +1,645 @@
+"""Charge a trace's energy to its events: inclusive, exclusive, outside, per power series.
+
+The one attribution engine of eopt: every trace, whatever its source, goes through
+:func:`attribute`.
+
+Integration:
+    Each power series (one per (domain, device)) is integrated on its own with the
+    trapezoid rule over its samples, with the power interpolated linearly at every event
+    edge. The energy of ``[a, b]`` is exactly the area under the piecewise-linear power
+    curve through the samples.
+
+Sharing rule:
+    At each instant, the *leaves* are the active events with no active child. The power
+    at that instant is split equally among the leaves. An event's exclusive energy is what
+    it receives as a leaf; its inclusive energy is what it and its descendants receive.
+    So nested events are charged once (inclusive = exclusive + the children's inclusive),
+    events that overlap without nesting (two streams, two threads) share the overlap, and
+    conservation holds exactly: the exclusive energies plus the energy outside every event
+    equal the total.
+
+Missing data:
+    A call that reaches outside a series' samples has unknown energy (None, never 0), and
+    its region says so. A gap between samples longer than :data:`GAP_FACTOR` times the
+    series' median sampling interval flags the calls it touches. A call shorter than two
+    sampling intervals is counted as poorly resolved (``short_calls``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from eopt.measure.traces import Event, PowerSeries, Trace, TraceError
+
+__all__ = [
+    "ATTRIBUTION_SCHEMA",
+    "GAP_FACTOR",
+    "Attribution",
+    "CallEnergy",
+    "EdgeRule",
+    "RegionEnergy",
+    "SeriesEnergy",
+    "attribute",
+    "sum_attributions",
+    "window_energy",
+]
+
+ATTRIBUTION_SCHEMA = "eopt.attribution/1"
+#: A sampling gap longer than this many median intervals flags the calls it touches.
+GAP_FACTOR = 5.0
+
+#: ``interpolate``: power interpolated at the edges (the attribution rule);
+#: ``inside``: only the sample intervals wholly inside the window (the field note's
+#: recompute convention, which drops the partial intervals at both edges).
+EdgeRule = Literal["interpolate", "inside"]
+
+
+class _Integral:
+    """Cumulative energy of one series as a function of time (s from the trace origin)."""
+
+    def __init__(self, series: PowerSeries, origin_ns: int) -> None:
+        self.t = (series.times_ns - origin_ns).astype(np.float64) * 1e-9
+        self.p = series.power_w.astype(np.float64)
+        area = 0.5 * (self.p[1:] + self.p[:-1]) * np.diff(self.t)
+        self.cum = np.concatenate([[0.0], np.cumsum(area)])
+        self.first, self.last = float(self.t[0]), float(self.t[-1])
+
+    def at(self, x: np.ndarray) -> np.ndarray:
+        """Energy from the first sample to each time in ``x`` (clipped to the samples), J."""
+        x = np.clip(np.asarray(x, dtype=np.float64), self.first, self.last)
+        i = np.clip(np.searchsorted(self.t, x, side="right") - 1, 0, self.t.size - 2)
+        t0, t1 = self.t[i], self.t[i + 1]
+        p0, p1 = self.p[i], self.p[i + 1]
+        px = p0 + (p1 - p0) * (x - t0) / (t1 - t0)
+        return self.cum[i] + 0.5 * (x - t0) * (p0 + px)
+
+    def inside(self, a: float, b: float) -> float:
+        """Trapezoids of the sample intervals wholly inside ``[a, b]``, J."""
+        i = int(np.searchsorted(self.t, a, side="left"))
+        j = int(np.searchsorted(self.t, b, side="right")) - 1
+        return float(self.cum[j] - self.cum[i]) if j > i else 0.0
+
+
+def window_energy(
+    series: PowerSeries, start_ns: int, end_ns: int, edges: EdgeRule = "interpolate"
+) -> float | None:
+    """Energy of one series over ``[start_ns, end_ns]``, in J; None outside its samples.
+
+    Args:
+        series: The power series.
+        start_ns: Window start, in ns (same origin as the series).
+        end_ns: Window end, in ns.
+        edges: How the partial sample intervals at the edges count (see :data:`EdgeRule`).
+    """
+    first, last = series.span_ns
+    if start_ns < first or end_ns > last:
+        return None
+    integral = _Integral(series, first)
+    a, b = (start_ns - first) * 1e-9, (end_ns - first) * 1e-9
+    if edges == "inside":
+        return integral.inside(a, b)
+    ea, eb = integral.at(np.array([a, b]))
+    return float(eb - ea)
+
+
+@dataclass(frozen=True)
+class SeriesEnergy:
+    """The energy of one power series over its own samples.
+
+    Attributes:
+        domain: Power domain (``GPU``, ``CPU_PKG`` …).
+        device_id: Device index in the domain.
+        energy_j: Trapezoid over all samples, in J.
+        time_s: From the first to the last sample, in s.
+        n_samples: Number of samples.
+        period_s: Median sampling interval, in s.
+        gaps: Sampling gaps longer than :data:`GAP_FACTOR` periods, as (start, end) s from
+            the trace's start.
+    """
+
+    domain: str
+    device_id: int
+    energy_j: float
+    time_s: float
+    n_samples: int
+    period_s: float
+    gaps: tuple[tuple[float, float], ...] = ()
+
+    @property
+    def mean_power_w(self) -> float:
+        """Energy over time, in W."""
+        return self.energy_j / self.time_s if self.time_s > 0 else math.nan
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready mapping."""
+        return {
+            "domain": self.domain,
+            "device_id": self.device_id,
+            "energy_j": self.energy_j,
+            "time_s": self.time_s,
+            "mean_power_w": _finite(self.mean_power_w),
+            "n_samples": self.n_samples,
+            "period_s": _finite(self.period_s),
+            "gaps": [list(g) for g in self.gaps],
+        }
+
+
+@dataclass(frozen=True)
+class CallEnergy:
+    """One event and the energy charged to it.
+
+    Attributes:
+        event: The event.
+        depth: Nesting depth (0: top level).
+        start_s: Start, in s from the trace's start.
+        end_s: End, in s from the trace's start.
+        inclusive_energy_j: With its descendants, summed over series; None when unknown.
+        exclusive_energy_j: Without them; None when unknown.
+    """
+
+    event: Event
+    depth: int
+    start_s: float
+    end_s: float
+    inclusive_energy_j: float | None
+    exclusive_energy_j: float | None
+
+
+@dataclass(frozen=True)
+class RegionEnergy:
+    """The calls of one region (or kernel) name, summed.
+
+    Attributes:
+        name: Region or kernel name.
+        category: Its category (``USER_REGION``, ``PARALLEL_FOR`` …; the first call's).
+        depth: Nesting depth of its first call (where a table places it).
+        calls: Number of calls.
+        time_s: Summed duration of the calls, in s.
+        inclusive_energy_j: Summed over calls and series, in J; None when any call's energy
+            is unknown.
+        exclusive_energy_j: The same without nested events, in J; None when unknown.
+        share: Inclusive energy over the trace's total (None when unknown).
+        by_series: Inclusive energy per series label (``GPU 0`` …), in J.
+        short_calls: Calls shorter than two sampling intervals (poorly resolved).
+        flags: Plain-words warnings (outside the power trace, sampling gaps).
+    """
+
+    name: str
+    category: str
+    depth: int
+    calls: int
+    time_s: float
+    inclusive_energy_j: float | None
+    exclusive_energy_j: float | None
+    share: float | None
+    by_series: dict[str, float | None]
+    short_calls: int = 0
+    flags: tuple[str, ...] = ()
+
+    @property
+    def mean_power_w(self) -> float | None:
+        """Inclusive energy over time, in W (None when unknown or of zero length)."""
+        if self.inclusive_energy_j is None or self.time_s <= 0:
+            return None
+        return self.inclusive_energy_j / self.time_s
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready mapping (``regions[]`` of ``eopt.attribution/1``)."""
+        return {
+            "name": self.name,
+            "category": self.category,
+            "depth": self.depth,
+            "calls": self.calls,
+            "time_s": self.time_s,
+            "inclusive_energy_j": self.inclusive_energy_j,
+            "exclusive_energy_j": self.exclusive_energy_j,
+            "mean_power_w": self.mean_power_w,
+            "share": self.share,
+            "by_series": dict(self.by_series),
+            "short_calls": self.short_calls,
+            "flags": list(self.flags),
+        }
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """Per-region energy of a trace, per-series energy, and what fell outside every event.
+
+    Attributes:
+        regions: Per region name, in order of first call (outer before inner).
+        series: Per power series.
+        outside_energy_j: Energy of the series outside every event, in J.
+        total_energy_j: Sum of the series' energies, in J.
+        total_time_s: The trace's span, in s.
+        calls: Every event with its own energy, in time order.
+        source: Where the trace came from.
+        rank: MPI rank (None for a single-process run or a sum over ranks).
+        ranks: For a sum over ranks, each rank's attribution.
+        warnings: Plain-words notes about the data.
+    """
+
+    regions: tuple[RegionEnergy, ...]
+    series: tuple[SeriesEnergy, ...]
+    outside_energy_j: float
+    total_energy_j: float
+    total_time_s: float
+    calls: tuple[CallEnergy, ...] = ()
+    source: str = ""
+    rank: int | None = None
+    ranks: tuple[Attribution, ...] = ()
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def outside_share(self) -> float | None:
+        """Outside energy over the total (None when the total is 0)."""
+        return self.outside_energy_j / self.total_energy_j if self.total_energy_j > 0 else None
+
+    def region(self, name: str) -> RegionEnergy:
+        """The region of that name.
+
+        Raises:
+            KeyError: naming the regions there are.
+        """
+        for r in self.regions:
+            if r.name == name:
+                return r
+        known = ", ".join(sorted({r.name for r in self.regions})[:12]) or "none"
+        raise KeyError(f"{self.source}: no region {name!r} in this trace (regions: {known})")
+
+    def to_dict(self, *, calls: bool = False) -> dict[str, Any]:
+        """JSON-ready mapping with schema tag ``eopt.attribution/1``.
+
+        Args:
+            calls: Also list every call with its energy (large for kernel-heavy traces).
+        """
+        out: dict[str, Any] = {
+            "schema": ATTRIBUTION_SCHEMA,
+            "source": self.source,
+            "rank": self.rank,
+            "total_energy_j": self.total_energy_j,
+            "total_time_s": self.total_time_s,
+            "outside_energy_j": self.outside_energy_j,
+            "outside_share": self.outside_share,
+            "regions": [r.to_dict() for r in self.regions],
+            "series": [s.to_dict() for s in self.series],
+            "warnings": list(self.warnings),
+        }
+        if self.ranks:
+            out["ranks"] = [r.to_dict(calls=calls) for r in self.ranks]
+        if calls:
+            out["calls"] = [
+                {
+                    "id": c.event.id,
+                    "parent_id": c.event.parent_id,
+                    "name": c.event.name,
+                    "category": c.event.category,
+                    "depth": c.depth,
+                    "start_s": c.start_s,
+                    "end_s": c.end_s,
+                    "inclusive_energy_j": c.inclusive_energy_j,
+                    "exclusive_energy_j": c.exclusive_energy_j,
+                }
+                for c in self.calls
+            ]
+        return out
+
+
+def _finite(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
+
+
+def _depths(events: Sequence[Event]) -> dict[int, int]:
+    parents = {e.id: e.parent_id for e in events}
+    depth: dict[int, int] = {}
+    for e in events:
+        chain = []
+        p = e.id
+        while p and p not in depth:
+            chain.append(p)
+            p = parents[p]
+        d = depth[p] if p else -1
+        for q in reversed(chain):
+            d += 1
+            depth[q] = d
+    return depth
+
+
+def attribute(trace: Trace, *, domain: str | None = None) -> Attribution:
+    """Charge each event the energy of every power series during it.
+
+    Args:
+        trace: The recorded run.
+        domain: Only the series of this domain (``GPU``, ``CPU_PKG`` …); all when None.
+
+    Returns:
+        Per-region (per name) inclusive and exclusive energy, per-series energy, the energy
+        outside every event and the total; see the module docstring for the rules.
+
+    Raises:
+        TraceError: when the trace has no power series (of that domain).
+
+    Assumptions:
+        Power is whole-device: every event running on a device shares that device's draw
+        (the sharing rule), whichever device the event ran on.
+    """
+    series = trace.series_for(domain)
+    if not series:
+        what = f"no {domain} power series" if domain else "no power samples"
+        raise TraceError(
+            f"{trace.source}: the trace has {what}; energy cannot be attributed (record power "
+            "with the run, or pass a power CSV)"
+        )
+    origin = trace.start_ns
+    integrals = [_Integral(s, origin) for s in series]
+    labels = [s.label for s in series]
+    events = list(trace.events)
+    n_ev, n_s = len(events), len(series)
+    index = {e.id: k for k, e in enumerate(events)}
+    parent = np.array([index.get(e.parent_id, -1) for e in events], dtype=np.int64)
+    depth_of = _depths(events)
+    start = np.array([(e.start_ns - origin) * 1e-9 for e in events])
+    end = np.array([(e.end_ns - origin) * 1e-9 for e in events])
+
+    incl = np.zeros((n_ev, n_s))
+    excl = np.zeros((n_ev, n_s))
+    incl_unknown = np.zeros(n_ev, dtype=bool)
+    excl_unknown = np.zeros(n_ev, dtype=bool)
+    inside = np.zeros(n_s)
+
+    if n_ev:
+        bounds = np.unique(np.concatenate([start, end]))
+        cum = np.stack([g.at(bounds) for g in integrals])  # (series, bounds)
+        covered_lo = max(g.first for g in integrals)
+        covered_hi = min(g.last for g in integrals)
+        opens: dict[int, list[int]] = {}
+        closes: dict[int, list[int]] = {}
+        for k in range(n_ev):
+            a = int(np.searchsorted(bounds, start[k]))
+            b = int(np.searchsorted(bounds, end[k]))
+            if b > a:  # zero-length events hold no energy
+                opens.setdefault(a, []).append(k)
+                closes.setdefault(b, []).append(k)
+        active: set[int] = set()
+        active_children = np.zeros(n_ev, dtype=np.int64)
+        for j in range(bounds.size - 1):
+            for k in closes.get(j, ()):
+                active.discard(k)
+                if parent[k] >= 0:
+                    active_children[parent[k]] -= 1
+            for k in opens.get(j, ()):
+                active.add(k)
+                if parent[k] >= 0:
+                    active_children[parent[k]] += 1
+            if not active:
+                continue
+            energy = cum[:, j + 1] - cum[:, j]
+            unknown = bounds[j] < covered_lo or bounds[j + 1] > covered_hi
+            inside += energy
+            leaves = [k for k in active if active_children[k] == 0]
+            share = energy / len(leaves)
+            for leaf in leaves:
+                excl[leaf] += share
+                if unknown:
+                    excl_unknown[leaf] = True
+                k = leaf
+                while k >= 0:
+                    incl[k] += share
+                    k = int(parent[k])
+            if unknown:
+                for k in active:
+                    incl_unknown[k] = True
+
+    per_series = []
+    gaps_by_series: list[list[tuple[float, float]]] = []
+    for s, g in zip(series, integrals, strict=True):
+        period = s.median_interval_s()
+        steps = np.diff(g.t)
+        where = np.flatnonzero(steps > GAP_FACTOR * period) if math.isfinite(period) else []
+        gaps = [(float(g.t[i]), float(g.t[i + 1])) for i in where]
+        gaps_by_series.append(gaps)
+        per_series.append(
+            SeriesEnergy(
+                domain=s.domain,
+                device_id=s.device_id,
+                energy_j=float(g.cum[-1]),
+                time_s=g.last - g.first,
+                n_samples=int(s.times_ns.size),
+                period_s=period,
+                gaps=tuple(gaps),
+            )
+        )
+    total = float(sum(se.energy_j for se in per_series))
+    outside = float(total - inside.sum())
+
+    calls = []
+    flags_of: list[list[str]] = [[] for _ in range(n_ev)]
+    short = np.zeros(n_ev, dtype=bool)
+    for k in range(n_ev):
+        for label, gaps, se in zip(labels, gaps_by_series, per_series, strict=True):
+            for ga, gb in gaps:
+                if start[k] < gb and end[k] > ga:
+                    flags_of[k].append(
+                        f"a {label} sampling gap of {(gb - ga) * 1e3:.0f} ms "
+                        f"(period {se.period_s * 1e3:.0f} ms) falls in a call"
+                    )
+            if end[k] - start[k] < 2 * se.period_s:
+                short[k] = True
+        if incl_unknown[k]:
+            flags_of[k].append("a call reaches outside the power trace: its energy is unknown")
+        calls.append(
+            CallEnergy(
+                event=events[k],
+                depth=depth_of[events[k].id],
+                start_s=float(start[k]),
+                end_s=float(end[k]),
+                inclusive_energy_j=None if incl_unknown[k] else float(incl[k].sum()),
+                exclusive_energy_j=None if excl_unknown[k] else float(excl[k].sum()),
+            )
+        )
+    calls.sort(key=lambda c: (c.start_s, c.depth))
+
+    regions = _by_name(
+        events, depth_of, start, incl, excl, incl_unknown, excl_unknown, flags_of, short
+    )
+    regions = [_with_share(r, labels, total) for r in regions]
+    warnings = [f"{r.name}: {flag}" for r in regions for flag in r.flags]
+    return Attribution(
+        regions=tuple(regions),
+        series=tuple(per_series),
+        outside_energy_j=outside,
+        total_energy_j=total,
+        total_time_s=(trace.end_ns - origin) * 1e-9,
+        calls=tuple(calls),
+        source=trace.source,
+        rank=trace.rank,
+        warnings=tuple(warnings),
+    )
+
+
+@dataclass
+class _Acc:
+    name: str
+    category: str
+    depth: int
+    first: float
+    calls: int = 0
+    time_s: float = 0.0
+    incl: np.ndarray | None = None
+    excl: np.ndarray | None = None
+    incl_unknown: bool = False
+    excl_unknown: bool = False
+    short: int = 0
+    flags: list[str] = field(default_factory=list)
+
+
+def _by_name(
+    events: Sequence[Event],
+    depth_of: dict[int, int],
+    start: np.ndarray,
+    incl: np.ndarray,
+    excl: np.ndarray,
+    incl_unknown: np.ndarray,
+    excl_unknown: np.ndarray,
+    flags_of: list[list[str]],
+    short: np.ndarray,
+) -> list[_Acc]:
+    accs: dict[str, _Acc] = {}
+    for k, e in enumerate(events):
+        acc = accs.get(e.name)
+        if acc is None:
+            acc = accs[e.name] = _Acc(e.name, e.category, depth_of[e.id], float(start[k]))
+            acc.incl = np.zeros(incl.shape[1])
+            acc.excl = np.zeros(incl.shape[1])
+        acc.calls += 1
+        acc.time_s += e.duration_s
+        if float(start[k]) < acc.first:  # the first call places the name in the tree
+            acc.first, acc.depth = float(start[k]), depth_of[e.id]
+        acc.incl = acc.incl + incl[k]  # type: ignore[operator]
+        acc.excl = acc.excl + excl[k]  # type: ignore[operator]
+        acc.incl_unknown |= bool(incl_unknown[k])
+        acc.excl_unknown |= bool(excl_unknown[k])
+        acc.short += int(short[k])
+        for flag in flags_of[k]:
+            if flag not in acc.flags:
+                acc.flags.append(flag)
+    return sorted(accs.values(), key=lambda a: (a.first, a.depth))
+
+
+def _with_share(acc: _Acc, labels: Sequence[str], total: float) -> RegionEnergy:
+    assert acc.incl is not None and acc.excl is not None
+    inclusive = None if acc.incl_unknown else float(acc.incl.sum())
+    exclusive = None if acc.excl_unknown else float(acc.excl.sum())
+    share = inclusive / total if inclusive is not None and total > 0 else None
+    by_series: dict[str, float | None] = {
+        label: (None if acc.incl_unknown else float(v))
+        for label, v in zip(labels, acc.incl, strict=True)
+    }
+    return RegionEnergy(
+        name=acc.name,
+        category=acc.category,
+        depth=acc.depth,
+        calls=acc.calls,
+        time_s=acc.time_s,
+        inclusive_energy_j=inclusive,
+        exclusive_energy_j=exclusive,
+        share=share,
+        by_series=by_series,
+        short_calls=acc.short,
+        flags=tuple(acc.flags),
+    )
+
+
+def _add(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a + b
+
+
+def sum_attributions(parts: Iterable[Attribution], source: str = "") -> Attribution:
+    """The sum over the ranks of one multi-rank run: regions by name, series by label.
+
+    Series of different ranks are kept apart when their (domain, device) differ and added
+    when they are the same, which is right when each rank recorded its own devices; when
+    several ranks recorded one shared device, its energy is counted once per rank (a
+    warning says so).
+    """
+    parts = list(parts)
+    if not parts:
+        raise TraceError(f"{source}: no ranks to sum")
+    regions: dict[str, RegionEnergy] = {}
+    for part in parts:
+        for r in part.regions:
+            old = regions.get(r.name)
+            if old is None:
+                regions[r.name] = r
+                continue
+            by_series = dict(old.by_series)
+            for label, v in r.by_series.items():
+                by_series[label] = _add(by_series.get(label, 0.0), v)
+            regions[r.name] = RegionEnergy(
+                name=r.name,
+                category=old.category,
+                depth=min(old.depth, r.depth),
+                calls=old.calls + r.calls,
+                time_s=old.time_s + r.time_s,
+                inclusive_energy_j=_add(old.inclusive_energy_j, r.inclusive_energy_j),
+                exclusive_energy_j=_add(old.exclusive_energy_j, r.exclusive_energy_j),
+                share=None,
+                by_series=by_series,
+                short_calls=old.short_calls + r.short_calls,
+                flags=tuple(dict.fromkeys(old.flags + r.flags)),
+            )
+    series: dict[tuple[str, int], SeriesEnergy] = {}
+    shared = set()
+    for part in parts:
+        for s in part.series:
+            key = (s.domain, s.device_id)
+            old_s = series.get(key)
+            if old_s is None:
+                series[key] = s
+                continue
+            shared.add(f"{s.domain} {s.device_id}")
+            series[key] = SeriesEnergy(
+                s.domain,
+                s.device_id,
+                old_s.energy_j + s.energy_j,
+                max(old_s.time_s, s.time_s),
+                old_s.n_samples + s.n_samples,
+                old_s.period_s,
+                old_s.gaps + s.gaps,
+            )
+    total = sum(p.total_energy_j for p in parts)
+    outside = sum(p.outside_energy_j for p in parts)
+    summed = [
+        RegionEnergy(
+            **{
+                **r.__dict__,
+                "share": (
+                    r.inclusive_energy_j / total
+                    if r.inclusive_energy_j is not None and total > 0
+                    else None
+                ),
+            }
+        )
+        for r in regions.values()
+    ]
+    warnings = [w for p in parts for w in p.warnings]
+    if shared:
+        warnings.append(
+            f"several ranks recorded {', '.join(sorted(shared))}: each rank's copy is added "
+            "(right when the ranks used different physical devices with the same index)"
+        )
+    return Attribution(
+        regions=tuple(summed),
+        series=tuple(series.values()),
+        outside_energy_j=outside,
+        total_energy_j=total,
+        total_time_s=max(p.total_time_s for p in parts),
+        source=source,
+        rank=None,
+        ranks=tuple(parts),
+        warnings=tuple(warnings),
+    )

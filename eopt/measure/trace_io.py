@@ -1,0 +1,629 @@
+"""Read and write traces: the dashboard layout (v1), the connector's raw CSVs, eopt's JSON.
+
+Layouts read by :func:`read_traces` (detected from what the path holds):
+
+``dashboard`` — energy-dashboard-for-kokkos trace, version 1. A folder with
+    ``events.csv`` (``id,parent_id,name,category,start_ns,end_ns``; parent 0 = top level;
+    ns since the UNIX epoch), ``power_samples.csv`` (``timestamp_ns,domain,device_id,
+    power_watts``; one series per (domain, device_id); an ``energy_joules`` column of older
+    files is ignored), and optionally ``metadata.json``. An MPI run is a folder of
+    ``rank_<N>/`` folders, one trace each.
+``kokkos-raw`` — one run of the Kokkos Tools NVML connector: ``<run>-nvml-power.csv``
+    (``time_epoch_ns,power_w``), ``<run>-nvml-regions.csv`` and ``<run>-nvml-kernels.csv``
+    (``name,type,start_time_epoch_ns,end_time_epoch_ns,duration_ns``). Nesting is
+    inferred from time containment. Name a run by its prefix (``folder/<run>``), or give
+    a folder holding exactly one run.
+``eopt-json`` — the JSON of ``eopt measure --json`` (``eopt.regions-report/1``).
+``power-csv`` — any power CSV (``nvidia-smi --query-gpu=timestamp,power.draw
+    --format=csv -lms 20``, a DCGM export …), with :class:`PowerCsvOptions` naming the
+    columns and the time unit; events may come from a separate ``events.csv``.
+
+:func:`write_dashboard` writes the dashboard layout, so eopt's recordings open in the
+dashboard and in eopt alike. :func:`read_runs` reads a folder of many runs (a run set of
+``eopt measure --repeat``, a folder of dashboard traces or of raw connector runs) in run
+order.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import json
+import math
+import os
+import re
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from eopt.measure.traces import (
+    CATEGORIES,
+    DOMAINS,
+    Event,
+    PowerSeries,
+    Trace,
+    TraceError,
+    nest_by_time,
+)
+
+__all__ = [
+    "DASHBOARD_VERSION",
+    "PowerCsvOptions",
+    "atomic_write_text",
+    "detect_layout",
+    "read_runs",
+    "read_trace",
+    "read_traces",
+    "write_dashboard",
+]
+
+DASHBOARD_VERSION = 1
+EVENTS_HEADER = ("id", "parent_id", "name", "category", "start_ns", "end_ns")
+POWER_HEADER = ("timestamp_ns", "domain", "device_id", "power_watts")
+RAW_SUFFIXES = ("-nvml-power.csv", "-nvml-regions.csv", "-nvml-kernels.csv")
+_RANK_DIR = re.compile(r"^rank_(\d+)$")
+# Fields past this size are not a trace's (a binary or a wrong file): refuse, do not hang.
+_MAX_FIELD = 1 << 20
+
+_TIME_UNITS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+
+
+@dataclass(frozen=True)
+class PowerCsvOptions:
+    """How to read a power CSV of another tool.
+
+    Attributes:
+        time_column: Name of the time column; found automatically when None (``timestamp``,
+            ``time``, ``time_s``, ``time_ns`` …).
+        power_column: Name of the power column; found automatically when None (a column
+            whose name contains ``power``).
+        time_unit: ``s``, ``ms``, ``us``, ``ns``, or ``datetime`` (``2024/05/01
+            12:00:00.123`` as nvidia-smi prints, or ISO 8601); ``auto`` guesses from the
+            column's name and values.
+        domain: The domain of the series (``GPU`` …).
+        device_id: Its device index; a ``index``/``gpu`` column, when present, splits the
+            file into one series per device instead.
+        events: An optional ``events.csv`` (dashboard layout) with the run's events, on
+            the same clock.
+    """
+
+    time_column: str | None = None
+    power_column: str | None = None
+    time_unit: str = "auto"
+    domain: str = "GPU"
+    device_id: int = 0
+    events: str | None = None
+
+
+# CSV helpers ------------------------------------------------------------------------------
+def _open_text(path: Path) -> str:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise TraceError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise TraceError(f"{path}: is a folder; expected a CSV file") from None
+    try:
+        return raw.decode("utf-8-sig")  # a BOM on the header is fine
+    except UnicodeDecodeError as exc:
+        raise TraceError(
+            f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8 CSV"
+        ) from None
+
+
+def _rows(path: Path, required: Sequence[str]) -> Iterator[tuple[int, dict[str, str]]]:
+    """(line number, row) of a CSV with a header holding every ``required`` column."""
+    text = _open_text(path)
+    csv.field_size_limit(_MAX_FIELD)
+    reader = csv.reader(io.StringIO(text))
+    try:
+        header = next(reader)
+    except StopIteration:
+        raise TraceError(f"{path}: empty file; expected a header {','.join(required)}") from None
+    except csv.Error as exc:
+        raise TraceError(f"{path}:1: not a CSV header ({exc})") from None
+    header = [h.strip() for h in header]
+    missing = [c for c in required if c not in header]
+    if missing:
+        raise TraceError(
+            f"{path}:1: missing column(s) {', '.join(missing)}; the header must hold "
+            f"{','.join(required)} (found {','.join(header)[:200]})"
+        )
+    try:
+        for row in reader:
+            lineno = reader.line_num
+            if not row or all(not c.strip() for c in row):
+                continue
+            if len(row) < len(header):
+                raise TraceError(
+                    f"{path}:{lineno}: {len(row)} fields where the header has {len(header)} "
+                    "(a line cut short?)"
+                )
+            yield lineno, dict(zip(header, (c.strip() for c in row), strict=False))
+    except csv.Error as exc:
+        raise TraceError(f"{path}:{reader.line_num}: bad CSV ({exc})") from None
+
+
+def _int(value: str, where: str, column: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        pass
+    try:
+        number = float(value)
+    except ValueError:
+        raise TraceError(f"{where}: {column} is {value!r}; expected an integer") from None
+    if not math.isfinite(number) or number != int(number):
+        raise TraceError(f"{where}: {column} is {value!r}; expected an integer")
+    return int(number)
+
+
+def _float(value: str, where: str, column: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise TraceError(f"{where}: {column} is {value!r}; expected a number") from None
+    if not math.isfinite(number):
+        raise TraceError(f"{where}: {column} is {value!r}; expected a finite number")
+    return number
+
+
+# Dashboard layout -------------------------------------------------------------------------
+def _read_events(path: Path) -> list[Event]:
+    events = []
+    for lineno, row in _rows(path, EVENTS_HEADER):
+        where = f"{path}:{lineno}"
+        category = row["category"].upper()
+        if not category:
+            raise TraceError(f"{where}: empty category; use one of {', '.join(CATEGORIES)}")
+        events.append(
+            Event(
+                id=_int(row["id"], where, "id"),
+                parent_id=_int(row["parent_id"], where, "parent_id"),
+                name=row["name"],
+                category=category,
+                start_ns=_int(row["start_ns"], where, "start_ns"),
+                end_ns=_int(row["end_ns"], where, "end_ns"),
+                where=where,
+            )
+        )
+    return events
+
+
+def _read_power_samples(path: Path) -> list[PowerSeries]:
+    data: dict[tuple[str, int], tuple[list[int], list[float], list[int]]] = {}
+    for lineno, row in _rows(path, POWER_HEADER):
+        where = f"{path}:{lineno}"
+        domain = row["domain"].upper()
+        if not domain:
+            raise TraceError(f"{where}: empty domain; use one of {', '.join(DOMAINS)}")
+        key = (domain, _int(row["device_id"], where, "device_id"))
+        t = _int(row["timestamp_ns"], where, "timestamp_ns")
+        try:
+            p = float(row["power_watts"])
+        except ValueError:
+            raise TraceError(
+                f"{where}: power_watts is {row['power_watts']!r}; expected a number of watts"
+            ) from None
+        if not math.isfinite(p):
+            raise TraceError(
+                f"{where}: power_watts is {row['power_watts']!r}; power must be a finite "
+                "number of watts"
+            )
+        times, powers, lines = data.setdefault(key, ([], [], []))
+        if times and t <= times[-1]:
+            what = "duplicates" if t == times[-1] else "is earlier than"
+            raise TraceError(
+                f"{where}: timestamp {t} of {key[0]} {key[1]} {what} the one on line "
+                f"{lines[-1]}; samples of a series must be sorted by time without duplicates"
+            )
+        times.append(t)
+        powers.append(p)
+        lines.append(lineno)
+    # GPUs first, then the node's domains, each by device: the same order on every read.
+    order = sorted(data, key=lambda k: (DOMAINS.index(k[0]) if k[0] in DOMAINS else 9, k))
+    return [
+        PowerSeries(
+            d, i, np.array(data[d, i][0], dtype=np.int64), np.array(data[d, i][1]), str(path)
+        )
+        for d, i in order
+    ]
+
+
+def _read_metadata(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(_open_text(path))
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    if not isinstance(data, dict):
+        raise TraceError(f"{path}: expected a JSON object")
+    return data
+
+
+def _read_dashboard(folder: Path, rank: int | None = None) -> Trace:
+    events = _read_events(folder / "events.csv")
+    series = _read_power_samples(folder / "power_samples.csv")
+    meta = _read_metadata(folder / "metadata.json")
+    return Trace(tuple(events), tuple(series), meta, str(folder), rank)
+
+
+# The connector's raw CSVs -----------------------------------------------------------------
+def _raw_runs(folder: Path) -> list[str]:
+    """Run prefixes (``illyad-2495425``) of the raw files in a folder, sorted."""
+    return sorted(
+        p.name[: -len(RAW_SUFFIXES[0])] for p in folder.glob(f"*{RAW_SUFFIXES[0]}") if p.is_file()
+    )
+
+
+def _read_raw_run(folder: Path, run: str) -> Trace:
+    power = folder / f"{run}{RAW_SUFFIXES[0]}"
+    times, powers = [], []
+    for lineno, row in _rows(power, ("time_epoch_ns", "power_w")):
+        where = f"{power}:{lineno}"
+        t = _int(row["time_epoch_ns"], where, "time_epoch_ns")
+        if times and t <= times[-1]:
+            what = "duplicates" if t == times[-1] else "is earlier than"
+            raise TraceError(
+                f"{where}: timestamp {t} {what} the one before it; samples must be sorted "
+                "by time without duplicates"
+            )
+        times.append(t)
+        powers.append(_float(row["power_w"], where, "power_w"))
+    items: list[tuple[str, str, int, int, str]] = []
+    for suffix in RAW_SUFFIXES[1:]:
+        path = folder / f"{run}{suffix}"
+        if not path.exists():
+            continue  # a run without kernels (or regions) recorded
+        cols = ("name", "type", "start_time_epoch_ns", "end_time_epoch_ns")
+        for lineno, row in _rows(path, cols):
+            where = f"{path}:{lineno}"
+            start = _int(row["start_time_epoch_ns"], where, "start_time_epoch_ns")
+            end = _int(row["end_time_epoch_ns"], where, "end_time_epoch_ns")
+            if end < start:
+                raise TraceError(
+                    f"{where}: {row['name']!r} ends ({end} ns) before it starts ({start} ns)"
+                )
+            items.append((row["name"], row["type"].upper(), start, end, where))
+    series = PowerSeries(
+        "GPU", 0, np.array(times, dtype=np.int64), np.array(powers, dtype=np.float64), str(power)
+    )
+    meta = {"layout": "kokkos-raw", "run": run}
+    return Trace(tuple(nest_by_time(items)), (series,), meta, str(folder / run))
+
+
+# eopt's measurement JSON ------------------------------------------------------------------
+def _read_eopt_json(path: Path) -> Trace:
+    try:
+        data = json.loads(_open_text(path))
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    if not isinstance(data, dict) or "samples" not in data:
+        tag = data.get("schema") if isinstance(data, dict) else None
+        raise TraceError(
+            f"{path}: not an eopt measurement (schema {tag!r}); expected the JSON of "
+            "`eopt measure --json` with its power samples"
+        )
+    samples = data["samples"]
+    if not isinstance(samples, dict):
+        raise TraceError(f"{path}: 'samples' must be an object with time_s and power_w lists")
+    t, p = samples.get("time_s"), samples.get("power_w")
+    if not isinstance(t, list) or not isinstance(p, list) or len(t) != len(p):
+        raise TraceError(f"{path}: samples need equal-length 'time_s' and 'power_w' lists")
+    origin = int(data.get("start_unix_ns", 0) or 0)
+    try:
+        times = np.array([origin + round(float(x) * 1e9) for x in t], dtype=np.int64)
+        powers = np.array([float(x) for x in p], dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TraceError(f"{path}: samples must be numbers (s and W)") from None
+    # Two samples at one instant (the span's edge and a refresh): keep the later reading.
+    keep = np.append(np.diff(times) > 0, True)
+    series = PowerSeries("GPU", int(data.get("gpu", 0) or 0), times[keep], powers[keep], str(path))
+    raw_events = data.get("events", [])
+    if not isinstance(raw_events, list):
+        raise TraceError(f"{path}: 'events' must be a list")
+    items = []
+    for i, e in enumerate(raw_events):
+        where = f"{path}: events[{i}]"
+        if not isinstance(e, dict):
+            raise TraceError(f"{where}: expected an object")
+        try:
+            a = origin + round(float(e["start_s"]) * 1e9)
+            b = origin + round(float(e["end_s"]) * 1e9)
+        except (KeyError, TypeError, ValueError):
+            raise TraceError(f"{where}: start_s and end_s must be numbers (s)") from None
+        items.append((str(e.get("name", "region")), "USER_REGION", a, b, where))
+    meta = {k: v for k, v in data.items() if k not in ("samples", "events", "regions")}
+    return Trace(tuple(nest_by_time(items)), (series,), meta, str(path))
+
+
+# Another tool's power CSV -----------------------------------------------------------------
+_NUMBER = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def _power_value(value: str, unit_in_header: str, where: str) -> float:
+    m = _NUMBER.match(value)
+    if m is None:
+        raise TraceError(f"{where}: power {value!r} is not a number (W)")
+    number, unit = float(m.group(1)), (m.group(2) or unit_in_header).lower()
+    scale = {"": 1.0, "w": 1.0, "mw": 1e-3, "kw": 1e3}.get(unit)
+    if scale is None:
+        raise TraceError(f"{where}: power unit {unit!r} is not W, mW or kW")
+    if not math.isfinite(number):
+        raise TraceError(f"{where}: power {value!r} is not finite")
+    return number * scale
+
+
+def _parse_datetime(value: str, where: str) -> int:
+    text = value.strip().replace("/", "-")
+    try:
+        stamp = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise TraceError(
+            f"{where}: time {value!r} is not a date and time (2024/05/01 12:00:00.123)"
+        ) from None
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=dt.timezone.utc)  # nvidia-smi prints local time
+    return round(stamp.timestamp() * 1e6) * 1000
+
+
+def _guess_column(header: Sequence[str], names: Sequence[str], contains: str) -> str | None:
+    lowered = {h.lower(): h for h in header}
+    for n in names:
+        if n in lowered:
+            return lowered[n]
+    for h in header:
+        if contains in h.lower():
+            return h
+    return None
+
+
+def _read_power_csv(path: Path, opts: PowerCsvOptions) -> Trace:
+    text = _open_text(path)
+    reader = csv.reader(io.StringIO(text), skipinitialspace=True)
+    try:
+        header = [h.strip() for h in next(reader)]
+    except StopIteration:
+        raise TraceError(f"{path}: empty file") from None
+    time_col = opts.time_column or _guess_column(
+        header, ("timestamp_ns", "time_ns", "timestamp", "time_s", "time", "t"), "time"
+    )
+    power_col = opts.power_column or _guess_column(
+        header, ("power_watts", "power_w", "power.draw [w]", "power.draw"), "power"
+    )
+    for col, what, flag in (
+        (time_col, "time", "--time-column"),
+        (power_col, "power", "--power-column"),
+    ):
+        if col is None or col not in header:
+            raise TraceError(
+                f"{path}:1: no {what} column {'' if col is None else repr(col) + ' '}in "
+                f"{', '.join(header)[:200]}; name it with {flag}"
+            )
+    assert time_col is not None and power_col is not None
+    unit_m = re.search(r"\[(\w+)\]", power_col)
+    power_unit = unit_m.group(1) if unit_m else ""
+    time_unit = opts.time_unit
+    if time_unit == "auto":
+        name = time_col.lower()
+        time_unit = next((u for u in ("ns", "us", "ms") if name.endswith(u)), "")
+        if not time_unit:
+            time_unit = "s" if name.endswith("_s") or name in ("t", "time") else "datetime"
+    if time_unit != "datetime" and time_unit not in _TIME_UNITS:
+        raise TraceError(f"time unit {time_unit!r}: use s, ms, us, ns or datetime")
+    device_col = _guess_column(header, ("device_id", "index", "gpu", "gpu_index"), "\0")
+    ti, pi = header.index(time_col), header.index(power_col)
+    di = header.index(device_col) if device_col else None
+    data: dict[int, tuple[list[int], list[float], list[int]]] = {}
+    for row in reader:
+        lineno = reader.line_num
+        if not row or all(not c.strip() for c in row):
+            continue
+        where = f"{path}:{lineno}"
+        if len(row) <= max(ti, pi, di or 0):
+            raise TraceError(f"{where}: too few fields ({len(row)})")
+        if time_unit == "datetime":
+            t = _parse_datetime(row[ti], where)
+        else:
+            t = round(_float(row[ti], where, time_col) * _TIME_UNITS[time_unit])
+        p = _power_value(row[pi], power_unit, where)
+        dev = _int(row[di].strip(), where, device_col or "") if di is not None else opts.device_id
+        times, powers, lines = data.setdefault(dev, ([], [], []))
+        if times and t <= times[-1]:
+            what = "duplicates" if t == times[-1] else "is earlier than"
+            raise TraceError(
+                f"{where}: time {row[ti]!r} {what} the one on line {lines[-1]}; samples must be "
+                "sorted by time without duplicates"
+            )
+        times.append(t)
+        powers.append(p)
+        lines.append(lineno)
+    series = tuple(
+        PowerSeries(
+            opts.domain.upper(),
+            dev,
+            np.array(t, dtype=np.int64),
+            np.array(p, dtype=np.float64),
+            str(path),
+        )
+        for dev, (t, p, _) in sorted(data.items())
+    )
+    events = _read_events(Path(opts.events)) if opts.events else []
+    meta = {"layout": "power-csv", "time_unit": time_unit}
+    return Trace(tuple(events), series, meta, str(path))
+
+
+# Detection and entry points ---------------------------------------------------------------
+def detect_layout(path: str | os.PathLike[str]) -> str:
+    """``dashboard``, ``mpi``, ``kokkos-raw``, ``eopt-json`` or ``power-csv``.
+
+    Raises:
+        TraceError: naming the path and the layouts eopt reads.
+    """
+    p = Path(path)
+    if p.is_dir():
+        if (p / "events.csv").exists() or (p / "power_samples.csv").exists():
+            return "dashboard"
+        if any(_RANK_DIR.match(c.name) and c.is_dir() for c in p.iterdir()):
+            return "mpi"
+        runs = _raw_runs(p)
+        if len(runs) == 1:
+            return "kokkos-raw"
+        if len(runs) > 1:
+            raise TraceError(
+                f"{p}: holds {len(runs)} runs ({runs[0]} …); name one run as "
+                f"{p / runs[0]}, or compare the folder with `eopt compare`"
+            )
+        raise TraceError(
+            f"{p}: no trace here; expected events.csv + power_samples.csv (dashboard layout), "
+            "rank_<N>/ folders, or <run>-nvml-power.csv files"
+        )
+    if not p.exists():
+        parent = p.parent
+        if parent.is_dir() and (parent / f"{p.name}{RAW_SUFFIXES[0]}").exists():
+            return "kokkos-raw"
+        raise TraceError(f"{p}: no such file or folder")
+    if p.suffix.lower() == ".json":
+        return "eopt-json"
+    if p.suffix.lower() in (".csv", ".txt", ".tsv"):
+        return "power-csv"
+    raise TraceError(
+        f"{p}: not a trace eopt reads; give a trace folder, an eopt measurement .json or a "
+        "power .csv"
+    )
+
+
+def read_traces(
+    path: str | os.PathLike[str], csv_options: PowerCsvOptions | None = None
+) -> list[Trace]:
+    """The trace at ``path``: one, or one per MPI rank (ordered by rank).
+
+    Raises:
+        TraceError: naming the file, the line and the fix.
+    """
+    p = Path(path)
+    layout = detect_layout(p)
+    if layout == "dashboard":
+        return [_read_dashboard(p)]
+    if layout == "mpi":
+        ranks = sorted(
+            (int(m.group(1)), c)
+            for c in p.iterdir()
+            if c.is_dir() and (m := _RANK_DIR.match(c.name))
+        )
+        return [_read_dashboard(folder, rank) for rank, folder in ranks]
+    if layout == "kokkos-raw":
+        if p.is_dir():
+            return [_read_raw_run(p, _raw_runs(p)[0])]
+        return [_read_raw_run(p.parent, p.name)]
+    if layout == "eopt-json":
+        return [_read_eopt_json(p)]
+    return [_read_power_csv(p, csv_options or PowerCsvOptions())]
+
+
+def read_trace(path: str | os.PathLike[str], csv_options: PowerCsvOptions | None = None) -> Trace:
+    """The single trace at ``path``.
+
+    Raises:
+        TraceError: also when the path holds one trace per MPI rank.
+    """
+    traces = read_traces(path, csv_options)
+    if len(traces) != 1:
+        raise TraceError(f"{path}: holds {len(traces)} ranks; read them with read_traces")
+    return traces[0]
+
+
+def read_runs(path: str | os.PathLike[str]) -> list[Trace]:
+    """Every run in a folder of runs, in run order (by start time).
+
+    A run set of ``eopt measure --repeat`` (``index.json`` + one trace folder per run),
+    a folder of dashboard trace folders, a folder of the connector's raw runs, or a
+    folder of eopt measurement JSON files.
+
+    Raises:
+        TraceError: when the folder holds no runs, naming what it looked for.
+    """
+    p = Path(path)
+    if not p.is_dir():
+        raise TraceError(f"{p}: not a folder of runs")
+    index = p / "index.json"
+    traces: list[Trace]
+    if index.exists():
+        data = _read_metadata(index)
+        runs = data.get("runs")
+        if not isinstance(runs, list):
+            raise TraceError(f"{index}: 'runs' must be a list of runs")
+        traces = []
+        for i, r in enumerate(runs):
+            if not isinstance(r, dict) or not isinstance(r.get("trace"), str):
+                raise TraceError(f"{index}: runs[{i}] needs a 'trace' folder name")
+            traces.extend(read_traces(p / r["trace"]))
+    elif _raw_runs(p):
+        traces = [_read_raw_run(p, run) for run in _raw_runs(p)]
+    else:
+        subdirs = sorted(c for c in p.iterdir() if c.is_dir() and (c / "events.csv").exists())
+        jsons = sorted(c for c in p.glob("*.json") if c.is_file())
+        if subdirs:
+            traces = [_read_dashboard(c) for c in subdirs]
+        elif jsons:
+            traces = [_read_eopt_json(c) for c in jsons]
+        else:
+            raise TraceError(
+                f"{p}: no runs found; expected index.json (a run set), trace folders with "
+                "events.csv, <run>-nvml-power.csv files, or eopt measurement .json files"
+            )
+    return sorted(traces, key=lambda t: t.start_ns)
+
+
+# Writing ----------------------------------------------------------------------------------
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a new temporary file in its folder, then rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_dashboard(
+    trace: Trace, folder: str | os.PathLike[str], metadata: Mapping[str, Any] | None = None
+) -> Path:
+    """Write ``trace`` in the dashboard layout (version 1) into ``folder``.
+
+    Returns:
+        The folder.
+    """
+    out = Path(folder)
+    ev = io.StringIO()
+    w = csv.writer(ev, lineterminator="\n")
+    w.writerow(EVENTS_HEADER)
+    for e in sorted(trace.events, key=lambda e: e.id):
+        w.writerow([e.id, e.parent_id, e.name, e.category, e.start_ns, e.end_ns])
+    pw = io.StringIO()
+    w = csv.writer(pw, lineterminator="\n")
+    w.writerow(POWER_HEADER)
+    rows = [
+        (int(t), s.domain, s.device_id, float(p))
+        for s in trace.series
+        for t, p in zip(s.times_ns, s.power_w, strict=True)
+    ]
+    rows.sort(key=lambda r: (r[0], r[1], r[2]))
+    for t, d, i, p in rows:
+        w.writerow([t, d, i, f"{p:.6f}"])
+    meta = {"format": "energy-dashboard-for-kokkos", "version": DASHBOARD_VERSION}
+    meta.update(trace.metadata)
+    meta.update(metadata or {})
+    atomic_write_text(out / "events.csv", ev.getvalue())
+    atomic_write_text(out / "power_samples.csv", pw.getvalue())
+    atomic_write_text(out / "metadata.json", json.dumps(meta, indent=2, default=str) + "\n")
+    return out
