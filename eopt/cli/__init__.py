@@ -23,6 +23,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("eopt.cli.demo", "Run the whole pipeline on the simulated GPU in under a minute."),
     "sweep": ("eopt.cli.sweep", "Measure a kernel over implementations × operating points."),
     "measure": ("eopt.cli.measure", "Measure the energy of one command and its regions."),
+    "attribute": ("eopt.cli.attribute", "Charge a recorded trace's energy to regions and kernels."),
+    "compare": ("eopt.cli.compare", "Does variant B really cost less than A over repeated runs?"),
     "frontier": ("eopt.cli.frontier", "Print or plot the time–energy Pareto frontier."),
     "compose": ("eopt.cli.compose", "Compose signatures along an expression or a schedule."),
     "plan": ("eopt.cli.plan", "Generate plans (e.g. 1F1B pipelines) from profiles."),
