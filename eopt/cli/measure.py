@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import os
 import sys
 from typing import Any
 
@@ -82,8 +84,9 @@ def print_report(result: CommandMeasurement) -> None:
 @click.option(
     "-o",
     "--output",
-    type=click.Path(dir_okay=False),
-    help="Also write the JSON result to this file (for `eopt report --measurement`).",
+    type=click.Path(),
+    help="Also write the JSON result to this file (for `eopt report --measurement`); with "
+    "--repeat, the run-set folder.",
 )
 @click.option(
     "--backend",
@@ -100,6 +103,33 @@ def print_report(result: CommandMeasurement) -> None:
     show_default=True,
     help="Energy counter or power sampling.",
 )
+@click.option(
+    "--trace-dir",
+    type=click.Path(file_okay=False),
+    help="Also write the run as a trace folder (energy-dashboard-for-kokkos layout, v1).",
+)
+@click.option(
+    "--repeat",
+    type=click.IntRange(1, 10_000),
+    help="Run the command N times; -o then names the run-set folder (one trace per run).",
+)
+@click.option(
+    "--shift",
+    "shift_ms",
+    type=click.FloatRange(0, 1e6),
+    default=0.0,
+    help="With --repeat: delay run k by k·MS modulo the sensor period, in ms.",
+)
+@click.option(
+    "--cooldown",
+    "cooldown_s",
+    type=click.FloatRange(0, 86_400),
+    default=0.0,
+    help="With --repeat: idle seconds between runs.",
+)
+@click.option(
+    "--force", is_flag=True, help="With --repeat: write into a run-set folder that is not empty."
+)
 def command(
     cmd: tuple[str, ...],
     as_json: bool,
@@ -107,6 +137,11 @@ def command(
     backend: str,
     gpu_index: int,
     method: str,
+    trace_dir: str | None,
+    repeat: int | None,
+    shift_ms: float,
+    cooldown_s: float,
+    force: bool,
 ) -> None:
     """Measure the GPU energy of one command, and of the regions it reports.
 
@@ -121,17 +156,39 @@ def command(
     ("events": name, path, start_s, end_s, energy_j), for `eopt report --measurement`
     and `eopt trace --measurement`.
 
+    With --trace-dir the run is also written as a trace folder that `eopt attribute`,
+    `eopt report --trace` and energy-dashboard-for-kokkos read. With --repeat N the command
+    runs N times and -o names a run-set folder (index.json + run_001/ … traces) for
+    `eopt compare`; --shift moves each run's start against the power sensor's refresh so
+    that short regions are seen at different phases.
+
     \b
     Examples:
       eopt measure -- python train.py --epochs 1
       eopt measure --json -o run.json -- ./bench --size 8192
-      eopt trace --measurement run.json -o run.trace.json
+      eopt measure --trace-dir run-trace -- ./bench
+      eopt measure --repeat 20 --shift 5 --cooldown 2 -o runs-a -- ./bench --variant a
+      eopt compare runs-a runs-b --region solve
     """
+    if any(x is not None and not math.isfinite(x) for x in (shift_ms, cooldown_s)):
+        raise UserError("--shift and --cooldown must be finite numbers")
+    if repeat is None and (shift_ms or cooldown_s):
+        raise UserError("--shift and --cooldown apply to repeated runs; add --repeat N")
+    if repeat is not None:
+        _repeat(list(cmd), backend, gpu_index, method, repeat, shift_ms, cooldown_s, output, force)
+        return
+    if output and os.path.isdir(output):
+        raise UserError(f"{output}: is a folder; -o names the JSON file (or add --repeat N)")
     device = open_measure_device(backend, gpu_index)
     try:
         result = measure_command(list(cmd), device, method=method)  # type: ignore[arg-type]
     except MeasureError as exc:
         raise UserError(str(exc)) from None
+    if trace_dir:
+        from eopt.measure.trace_io import write_dashboard
+
+        write_dashboard(result.to_trace(), trace_dir)
+        err_console.print(f"trace written to [bold]{escape(trace_dir)}[/]", highlight=False)
     data = result.to_dict()
     if output:
         write_json(output, data)
@@ -142,3 +199,68 @@ def command(
     if result.returncode != 0:
         err_console.print(f"[yellow]warning:[/] the command exited with status {result.returncode}")
         sys.exit(result.returncode)
+
+
+def _repeat(
+    cmd: list[str],
+    backend: str,
+    gpu_index: int,
+    method: str,
+    n: int,
+    shift_ms: float,
+    cooldown_s: float,
+    output: str | None,
+    force: bool,
+) -> None:
+    """``--repeat N``: record N runs into the run-set folder ``output``."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from eopt.measure.runset import RecordedRun, RunSetError, record_runs
+
+    if not output:
+        raise UserError("--repeat needs -o RUNSET, the folder that receives one trace per run")
+    device = open_measure_device(backend, gpu_index)
+    failed: list[int] = []
+    with Progress(
+        TextColumn("runs"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeRemainingColumn(),
+        console=err_console,
+        transient=True,
+    ) as progress:
+        task = progress.add_task("runs", total=n)
+
+        def on_run(run: RecordedRun) -> None:
+            if run.measurement.returncode != 0:
+                failed.append(run.index)
+            progress.advance(task)
+
+        try:
+            runs = record_runs(
+                cmd,
+                device,
+                output,
+                n,
+                shift_ms=shift_ms,
+                cooldown_s=cooldown_s,
+                method=method,  # type: ignore[arg-type]
+                force=force,
+                on_run=on_run,
+            )
+        except (MeasureError, RunSetError) as exc:
+            raise UserError(str(exc)) from None
+    energies = sorted(r.measurement.report.total_energy_j for r in runs)
+    times = sorted(r.measurement.report.total_time_s for r in runs)
+    mid = len(runs) // 2
+    console.print(
+        f"{len(runs)} runs written to [bold]{escape(output)}[/]: median {times[mid]:.4g} s, "
+        f"{energies[mid]:.4g} J per run. Compare with `eopt compare {escape(output)} OTHER`.",
+        highlight=False,
+    )
+    if failed:
+        err_console.print(
+            f"[yellow]warning:[/] runs {', '.join(map(str, failed))} exited with a non-zero "
+            "status (kept in the run set; index.json records each status)"
+        )
+        sys.exit(1)

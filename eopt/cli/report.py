@@ -8,6 +8,7 @@ import click
 from rich.markup import escape
 
 from eopt.cli._common import UserError, console
+from eopt.cli.trace import is_recording
 
 __all__ = ["command"]
 
@@ -38,9 +39,9 @@ __all__ = ["command"]
 @click.option(
     "--measurement",
     "measurement_path",
-    type=click.Path(dir_okay=False),
-    metavar="M.json",
-    help="Measured run from `eopt measure --json`: regions, power.",
+    type=click.Path(),
+    metavar="M.json|TRACE",
+    help="Measured run (`eopt measure --json`) or a recorded trace folder: regions, power.",
 )
 @click.option(
     "--perfetto",
@@ -74,6 +75,7 @@ def command(
       eopt report --schedule schedule.json --frontier frontier.csv -o report.html
       eopt report --library gemm.jsonl -o gemm.html
       eopt report --measurement run.json --perfetto run.trace.json -o run.html
+      eopt report --measurement run-trace/ -o run.html
     """
     from eopt.calculus.library import read_library
     from eopt.plan.schedule import read_schedule
@@ -86,7 +88,19 @@ def command(
     schedule = read_schedule(schedule_path) if schedule_path else None
     library = [sig for path in libraries for sig in read_library(path)]
     frontier = read_frontier_csv(frontier_path) if frontier_path else None
-    measurement = read_measurement(measurement_path) if measurement_path else None
+    measurement = recording = None
+    if measurement_path and is_recording(measurement_path):
+        from eopt.measure.traces import TraceError
+        from eopt.report.recording import load_recording, measurement_from_attribution
+
+        try:
+            recording = load_recording(measurement_path)
+        except TraceError as exc:
+            raise UserError(str(exc)) from None
+        traces, att = recording
+        measurement = measurement_from_attribution(att, traces[0])
+    elif measurement_path:
+        measurement = read_measurement(measurement_path)
     sources = [p for p in (*libraries, schedule_path, frontier_path, measurement_path) if p]
     target = write_report(
         output,
@@ -101,7 +115,10 @@ def command(
     if perfetto_path:
         if schedule is None and measurement is None:
             raise UserError("--perfetto needs --schedule or --measurement to trace")
-        trace = write_trace(perfetto_path, schedule, measurement)
+        if recording is not None:
+            trace = write_trace(perfetto_path, schedule, None, recording)
+        else:
+            trace = write_trace(perfetto_path, schedule, measurement)
         console.print(
             f"Trace written to [bold]{escape(str(trace))}[/] (open at ui.perfetto.dev)",
             highlight=False,

@@ -11,10 +11,13 @@ import contextlib
 import os
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from eopt.devices.base import Device, WallClock
 from eopt.measure.meter import Meter, MeterMethod
@@ -26,6 +29,7 @@ from eopt.measure.regions import (
     read_region_windows,
     use_recorder,
 )
+from eopt.measure.traces import PowerSeries, Trace, nest_by_time
 
 __all__ = [
     "CommandMeasurement",
@@ -58,6 +62,8 @@ class CommandMeasurement:
     report: RegionReport
     device: str
     model: str
+    start_unix_ns: int = 0
+    gpu: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready mapping (``eopt measure --json``)."""
@@ -66,8 +72,43 @@ class CommandMeasurement:
             "returncode": self.returncode,
             "device": self.device,
             "model": self.model,
+            "gpu": self.gpu,
+            "start_unix_ns": self.start_unix_ns,
             **self.report.to_dict(),
         }
+
+    def to_trace(self) -> Trace:
+        """The run as a trace (power series + region events), times in ns since the epoch.
+
+        Region nesting is taken from time containment, which is what the regions' paths
+        record for one process.
+        """
+        rep = self.report
+        origin = self.start_unix_ns
+        times = np.array([origin + round(t * 1e9) for t, _ in rep.samples], dtype=np.int64)
+        powers = np.array([p for _, p in rep.samples], dtype=np.float64)
+        # The span's edge and a refresh can share an instant: keep the later reading.
+        keep = np.append(np.diff(times) > 0, True) if times.size else np.array([], dtype=bool)
+        series = (PowerSeries("GPU", self.gpu, times[keep], powers[keep]),)
+        items = [
+            (
+                e.name,
+                "USER_REGION",
+                origin + round(e.start_s * 1e9),
+                origin + round(e.end_s * 1e9),
+                "",
+            )
+            for e in rep.events
+        ]
+        meta = {
+            "command": list(self.command),
+            "returncode": self.returncode,
+            "device": self.device,
+            "model": self.model,
+            "meter": dict(rep.meter),
+            "recorded_by": "eopt measure",
+        }
+        return Trace(tuple(nest_by_time(items)), series, meta, " ".join(self.command))
 
 
 def require_wall_clock(device: Device, what: str) -> None:
@@ -121,6 +162,9 @@ def measure_command(
         with Meter(device, method=method) as meter:
             device.clock.sleep(meter.period_s)  # a reading before the command starts
             start = meter.mark()
+            # The epoch time of the span's start, so the run's trace can be compared with
+            # other recordings (perf_counter has no fixed origin).
+            start_unix_ns = time.time_ns() - round((time.perf_counter() - start) * 1e9)
             try:
                 proc = subprocess.run(list(command), env=child_env, cwd=cwd, check=False)
             except FileNotFoundError:
@@ -137,6 +181,8 @@ def measure_command(
         report=report,
         device=device.name,
         model=device.model,
+        start_unix_ns=start_unix_ns if isinstance(device.clock, WallClock) else 0,
+        gpu=int(getattr(device, "index", 0) or 0),
     )
 
 

@@ -347,31 +347,48 @@ def _measurement(m: Measurement) -> str:
         out.append(f'<p class="note">Device: {esc(m.device)}</p>')
     if m.regions:
         total = m.total_energy_j if m.total_energy_j > 0 else math.nan
+        exclusive = any(r.exclusive_energy_j is not None for r in m.regions)
+        excl_head = "<th>energy (J, exclusive)</th>" if exclusive else ""
         out.append(
             "<table><tr><th>region</th><th>calls</th><th>energy (J, inclusive)</th>"
-            "<th>time (s)</th><th>mean power (W)</th><th>share of energy</th></tr>"
+            f"{excl_head}<th>time (s)</th><th>mean power (W)</th><th>share of energy</th></tr>"
         )
         for r in m.regions:
+            known = math.isfinite(r.energy_j)
+            energy = esc(fmt_num(r.energy_j, 6)) if known else "unknown"
+            share = f"{r.energy_j / total:.1%}" if known and math.isfinite(total) else ""
+            power = esc(fmt_num(r.mean_power_w)) if known and r.time_s > 0 else ""
+            excl = ""
+            if exclusive:
+                value = r.exclusive_energy_j
+                excl = f"<td>{esc(fmt_num(value, 6)) if value is not None else 'unknown'}</td>"
             out.append(
                 f'<tr><td style="padding-left:{10 + 14 * r.depth}px">{esc(r.name)}</td>'
-                f"<td>{r.calls}</td>"
-                f"<td>{esc(fmt_num(r.energy_j, 6))}</td>"
-                f"<td>{esc(fmt_num(r.time_s, 6))}</td><td>{esc(fmt_num(r.mean_power_w))}</td>"
-                f"<td>{r.energy_j / total:.1%}</td></tr>"
+                f"<td>{r.calls}</td><td>{energy}</td>{excl}"
+                f"<td>{esc(fmt_num(r.time_s, 6))}</td><td>{power}</td><td>{share}</td></tr>"
             )
+        pad = "<td></td>" if exclusive else ""
         if m.outside_energy_j is not None:
+            outside_share = f"{m.outside_energy_j / total:.1%}" if math.isfinite(total) else ""
             out.append(
                 f"<tr><td>outside every region</td><td></td>"
-                f"<td>{esc(fmt_num(m.outside_energy_j, 6))}</td><td></td><td></td>"
-                f"<td>{m.outside_energy_j / total:.1%}</td></tr>"
+                f"<td>{esc(fmt_num(m.outside_energy_j, 6))}</td>{pad}<td></td><td></td>"
+                f"<td>{outside_share}</td></tr>"
             )
         out.append(
             f'<tr class="total"><td>whole run</td><td></td><td>{esc(fmt_num(m.total_energy_j, 6))}'
-            f"</td><td>{esc(fmt_num(m.total_time_s, 6))}</td><td></td><td>100%</td></tr></table>"
+            f"</td>{pad}<td>{esc(fmt_num(m.total_time_s, 6))}</td><td></td><td>100%</td></tr>"
+            "</table>"
         )
-        out.append(
-            "<p class=\"note\">Inclusive: a region's energy contains its nested regions'.</p>"
-        )
+        note = "Inclusive: a region's energy contains its nested regions'."
+        if exclusive:
+            note += (
+                " Exclusive: without them; events that overlap without nesting share the "
+                "overlap, so exclusive energies plus the outside energy make the total."
+            )
+        out.append(f'<p class="note">{esc(note)}</p>')
+        for w in m.meta.get("warnings", []) or []:
+            out.append(f'<p class="note">warning: {esc(str(w))}</p>')
     if m.samples:
         out.append("<h3>Power trace</h3>" + power_trace_svg(m.samples))
     return "".join(out)

@@ -173,6 +173,7 @@ class Region:
         time_s: Inclusive time over all calls, in s.
         calls: Number of calls.
         depth: Nesting depth (0: top level).
+        exclusive_energy_j: Energy without nested events, in J, where known.
     """
 
     name: str
@@ -180,6 +181,7 @@ class Region:
     time_s: float
     calls: int = 1
     depth: int = 0
+    exclusive_energy_j: float | None = None
 
     @property
     def mean_power_w(self) -> float:

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from eopt.measure.attribution import Attribution
+from eopt.measure.traces import Trace
 from eopt.plan.schedule import Schedule
 from eopt.report.inputs import Measurement
 
@@ -63,21 +65,35 @@ def predicted_power(schedule: Schedule, device: str) -> list[tuple[float, float]
 
 
 def schedule_trace(
-    schedule: Schedule | None = None, measurement: Measurement | None = None
+    schedule: Schedule | None = None,
+    measurement: Measurement | None = None,
+    recording: tuple[Sequence[Trace], Attribution] | None = None,
 ) -> dict[str, Any]:
     """Build the trace as a JSON-ready mapping.
 
+    Args:
+        schedule: A solved schedule.
+        measurement: A measured run (``eopt measure --json``).
+        recording: Recorded traces and their attribution (see
+            :func:`eopt.report.recording.load_recording`): events as slices, every power
+            series as a counter track.
+
     Raises:
-        ValueError: when neither input is given.
+        ValueError: when no input is given.
     """
-    if schedule is None and measurement is None:
-        raise ValueError("a trace needs a schedule or a measurement")
+    if schedule is None and measurement is None and recording is None:
+        raise ValueError("a trace needs a schedule, a measurement or a recorded trace")
     events: list[dict[str, Any]] = []
     if schedule is not None:
         events.extend(_schedule_events(schedule))
+    pid = len(schedule.devices) + 1 if schedule is not None else 1
     if measurement is not None:
-        pid = len(schedule.devices) + 1 if schedule is not None else 1
         events.extend(_measurement_events(measurement, pid))
+        pid += 1
+    if recording is not None:
+        from eopt.report.recording import recording_trace_events
+
+        events.extend(recording_trace_events(recording[0], recording[1], pid))
     other: dict[str, Any] = {"generator": "eopt"}
     if schedule is not None:
         other.update(
@@ -92,10 +108,12 @@ def write_trace(
     path: str | Path,
     schedule: Schedule | None = None,
     measurement: Measurement | None = None,
+    recording: tuple[Sequence[Trace], Attribution] | None = None,
 ) -> Path:
     """Write :func:`schedule_trace` to ``path`` as JSON."""
     target = Path(path)
-    target.write_text(json.dumps(schedule_trace(schedule, measurement)) + "\n", encoding="utf-8")
+    data = schedule_trace(schedule, measurement, recording)
+    target.write_text(json.dumps(data, allow_nan=False) + "\n", encoding="utf-8")
     return target
 
 

@@ -1,0 +1,170 @@
+"""Repeated runs of one command, each recorded as its own trace (``eopt measure --repeat``).
+
+A run set is a folder::
+
+    RUNSET/
+      index.json          eopt.runset/1: the command, the protocol, one entry per run
+      run_001/            a trace in the dashboard layout (events.csv, power_samples.csv,
+      run_002/            metadata.json)
+      …
+
+``eopt compare`` and :func:`eopt.measure.trace_io.read_runs` read it.
+
+Phase shifts: a power sensor that refreshes every period P and averages only part of each
+period sees a short region at the same phase on every run, so repeating a run does not
+help by itself. With ``shift_ms``, the start of run k is delayed by (k · shift) mod P, so
+the runs sample the region at different phases (the field note's 5-ms shifts).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from eopt.devices.base import Device
+from eopt.measure.command import CommandMeasurement, measure_command
+from eopt.measure.meter import MeterMethod, sensor_period_s
+from eopt.measure.trace_io import atomic_write_text, write_dashboard
+
+__all__ = ["RUNSET_SCHEMA", "RunSetError", "phase_delay_s", "record_runs"]
+
+RUNSET_SCHEMA = "eopt.runset/1"
+#: Most runs one run set may hold (a typo such as --repeat 100000 should not start).
+MAX_RUNS = 10_000
+
+
+class RunSetError(ValueError):
+    """Bad protocol values or an output folder that cannot be used."""
+
+
+def phase_delay_s(k: int, shift_ms: float, period_s: float) -> float:
+    """The delay before run ``k`` (0-based): (k · shift) mod the sensor period, in s."""
+    if shift_ms <= 0:
+        return 0.0
+    return (k * shift_ms * 1e-3) % period_s
+
+
+@dataclass(frozen=True)
+class RecordedRun:
+    """One run of a run set.
+
+    Attributes:
+        index: 1-based position in the set.
+        trace: Its trace folder's name inside the set.
+        measurement: What was measured.
+        delay_s: The phase delay before it started, in s.
+    """
+
+    index: int
+    trace: str
+    measurement: CommandMeasurement
+    delay_s: float
+
+
+def _check(n: int, shift_ms: float, cooldown_s: float) -> None:
+    if not 1 <= n <= MAX_RUNS:
+        raise RunSetError(f"--repeat {n}: give between 1 and {MAX_RUNS} runs")
+    if not math.isfinite(shift_ms) or shift_ms < 0:
+        raise RunSetError(f"--shift {shift_ms}: give a shift ≥ 0 ms")
+    if not math.isfinite(cooldown_s) or cooldown_s < 0:
+        raise RunSetError(f"--cooldown {cooldown_s}: give a cooldown ≥ 0 s")
+
+
+def record_runs(
+    command: Sequence[str],
+    device: Device,
+    folder: str | os.PathLike[str],
+    n: int,
+    *,
+    shift_ms: float = 0.0,
+    cooldown_s: float = 0.0,
+    method: MeterMethod = "auto",
+    force: bool = False,
+    on_run: Callable[[RecordedRun], None] | None = None,
+) -> list[RecordedRun]:
+    """Run ``command`` ``n`` times and record each run as a trace in ``folder``.
+
+    Args:
+        command: Program and arguments.
+        device: The GPU to watch (wall clock; see :func:`measure_command`).
+        folder: The run set's folder (created; must be empty unless ``force``).
+        n: Number of runs.
+        shift_ms: Phase shift per run, in ms (see the module docstring).
+        cooldown_s: Idle time after each run, in s, so runs start from a similar state.
+        method: Meter method.
+        force: Write into a folder that already holds a run set (its index is replaced).
+        on_run: Called after each run (progress).
+
+    Returns:
+        The runs, in order. ``index.json`` is rewritten after every run, so an
+        interrupted set keeps the runs it finished.
+
+    Raises:
+        RunSetError: for bad values or a folder that is not empty.
+    """
+    _check(n, shift_ms, cooldown_s)
+    out = Path(folder)
+    if out.exists() and not out.is_dir():
+        raise RunSetError(f"{out}: exists and is not a folder; name a folder for the run set")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise RunSetError(f"{out}: not empty; choose a new folder or pass --force to overwrite")
+    out.mkdir(parents=True, exist_ok=True)
+    period = sensor_period_s(device)
+    runs: list[RecordedRun] = []
+    for k in range(n):
+        delay = phase_delay_s(k, shift_ms, period)
+        device.clock.sleep(delay)
+        result = measure_command(command, device, method=method)
+        name = f"run_{k + 1:03d}"
+        write_dashboard(
+            result.to_trace(),
+            out / name,
+            {"run": k + 1, "delay_s": delay, "start_unix_ns": result.start_unix_ns},
+        )
+        run = RecordedRun(k + 1, name, result, delay)
+        runs.append(run)
+        _write_index(out, command, runs, n, shift_ms, cooldown_s, period)
+        if on_run is not None:
+            on_run(run)
+        if cooldown_s > 0 and k < n - 1:
+            device.clock.sleep(cooldown_s)
+    return runs
+
+
+def _write_index(
+    out: Path,
+    command: Sequence[str],
+    runs: Sequence[RecordedRun],
+    n: int,
+    shift_ms: float,
+    cooldown_s: float,
+    period_s: float,
+) -> None:
+    data: dict[str, Any] = {
+        "schema": RUNSET_SCHEMA,
+        "command": list(command),
+        "planned_runs": n,
+        "shift_ms": shift_ms,
+        "cooldown_s": cooldown_s,
+        "sensor_period_s": period_s,
+        "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "runs": [
+            {
+                "index": r.index,
+                "trace": r.trace,
+                "start_unix_ns": r.measurement.start_unix_ns,
+                "delay_s": r.delay_s,
+                "returncode": r.measurement.returncode,
+                "energy_j": r.measurement.report.total_energy_j,
+                "time_s": r.measurement.report.total_time_s,
+            }
+            for r in runs
+        ],
+    }
+    atomic_write_text(out / "index.json", json.dumps(data, indent=2) + "\n")
