@@ -14,6 +14,12 @@ The rest: :class:`~eopt.measure.meter.Meter` (energy counter or power sampler),
 :mod:`~eopt.measure.stats` (bootstrap, drift, state changes) and
 :func:`~eopt.measure.sensor_period.estimate_power_update_period` (how often a power
 reading refreshes).
+
+Recorded runs: :mod:`~eopt.measure.traces` (the trace: power series + timed events),
+:mod:`~eopt.measure.trace_io` (the dashboard layout, the Kokkos connector's CSVs, power
+CSVs), :func:`~eopt.measure.attribution.attribute` (the one attribution engine),
+:func:`~eopt.measure.runset.record_runs` (repeated runs), and
+:func:`~eopt.measure.compare.compare_runs` (variants over repeated runs).
 """
 
 from __future__ import annotations
@@ -42,6 +48,24 @@ _LAZY = {
     "measure_regions": "eopt.measure.command",
     "UpdatePeriodEstimate": "eopt.measure.sensor_period",
     "estimate_power_update_period": "eopt.measure.sensor_period",
+    "Window": "eopt.measure.windows",
+    "WindowResult": "eopt.measure.windows",
+    "begin_window": "eopt.measure.windows",
+    "end_window": "eopt.measure.windows",
+    "window": "eopt.measure.windows",
+    "Trace": "eopt.measure.traces",
+    "TraceError": "eopt.measure.traces",
+    "read_trace": "eopt.measure.trace_io",
+    "read_traces": "eopt.measure.trace_io",
+    "read_runs": "eopt.measure.trace_io",
+    "write_dashboard": "eopt.measure.trace_io",
+    "Attribution": "eopt.measure.attribution",
+    "attribute": "eopt.measure.attribution",
+    "record_runs": "eopt.measure.runset",
+    "RunValues": "eopt.measure.compare",
+    "Comparison": "eopt.measure.compare",
+    "compare_runs": "eopt.measure.compare",
+    "load_variant": "eopt.measure.variants",
     "bootstrap_ci": "eopt.measure.stats",
     "summarize": "eopt.measure.stats",
 }

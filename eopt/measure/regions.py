@@ -22,6 +22,12 @@ trace (:func:`attribute_regions`), so regions are cheap and can nest freely.
 Times are ``time.perf_counter()`` seconds, the system-wide monotonic clock on Linux, so
 the measuring process can place them on its own power trace. Any program (not only Python)
 can write such lines itself.
+
+**Outside** ``eopt measure`` (no ``$EOPT_REGIONS_FILE``) and outside
+:func:`eopt.measure.command.measure_regions`, nobody charges regions any energy: they are
+only kept in memory on :func:`default_recorder`. The first such region warns once per
+process (:class:`UnmeasuredRegionWarning`); measure a block in-process with
+:func:`eopt.measure.windows.window` instead.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import contextlib
 import json
 import os
 import threading
+import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +53,7 @@ __all__ = [
     "RegionReport",
     "RegionStats",
     "RegionWindow",
+    "UnmeasuredRegionWarning",
     "attribute_regions",
     "default_recorder",
     "read_region_windows",
@@ -60,6 +68,11 @@ REGION_SCHEMA = "eopt.region/1"
 
 class RegionError(ValueError):
     """Misused regions (closing one that is not open) or a bad regions file."""
+
+
+class UnmeasuredRegionWarning(UserWarning):
+    """A region was entered where nothing measures regions (no ``eopt measure`` around the
+    program, no :func:`~eopt.measure.command.measure_regions` block)."""
 
 
 @dataclass(frozen=True)
@@ -209,16 +222,44 @@ class RegionRecorder:
 # The module-level API ---------------------------------------------------------------------
 _default: RegionRecorder | None = None
 _default_lock = threading.Lock()
+# The recorder default_recorder() made without a sink: what it records, nothing reads.
+_unmeasured: RegionRecorder | None = None
+_warned_unmeasured = False
+
+UNMEASURED_MESSAGE = (
+    "region {name!r} is not measured: no `eopt measure` runs this program "
+    "($EOPT_REGIONS_FILE is unset) and no measure_regions() block is active. Run it as "
+    "`eopt measure -- python PROGRAM …` for per-region energy, or measure a block "
+    'in-process with `with eopt.measure.window("{name}") as w: …`.'
+)
 
 
 def default_recorder() -> RegionRecorder:
     """The recorder behind :func:`region`: ``perf_counter`` timestamps, appended to
     ``$EOPT_REGIONS_FILE`` when it is set."""
-    global _default
+    global _default, _unmeasured
     with _default_lock:
         if _default is None:
-            _default = RegionRecorder(sink=os.environ.get(REGIONS_FILE_ENV) or None)
+            sink = os.environ.get(REGIONS_FILE_ENV) or None
+            _default = RegionRecorder(sink=sink)
+            if sink is None:
+                _unmeasured = _default
         return _default
+
+
+def _warn_if_unmeasured(recorder: RegionRecorder, name: str) -> None:
+    """Warn once per process when a region goes to a recorder nothing reads.
+
+    Silence would read as "regions cost nothing"; a warning every time would flood a
+    training loop.
+    """
+    global _warned_unmeasured
+    with _default_lock:
+        if recorder is not _unmeasured or _warned_unmeasured:
+            return
+        _warned_unmeasured = True
+    # stacklevel: this helper, _DefaultRegion.__enter__, then the user's `with` line.
+    warnings.warn(UNMEASURED_MESSAGE.format(name=name), UnmeasuredRegionWarning, stacklevel=3)
 
 
 @contextlib.contextmanager
@@ -249,6 +290,7 @@ class _DefaultRegion(contextlib.ContextDecorator):
         if stack is None:
             stack = self._local.recorders = []
         stack.append(rec)
+        _warn_if_unmeasured(rec, self.name)
         rec.enter(self.name)
         return self
 
@@ -262,7 +304,12 @@ class _DefaultRegion(contextlib.ContextDecorator):
 
 
 def region(name: str) -> _DefaultRegion:
-    """A named region on the default recorder (context manager or decorator)."""
+    """A named region on the default recorder (context manager or decorator).
+
+    Regions are charged energy by ``eopt measure -- CMD`` (through ``$EOPT_REGIONS_FILE``)
+    or inside :func:`~eopt.measure.command.measure_regions`. Anywhere else the first region
+    warns once (:class:`UnmeasuredRegionWarning`) and regions are only kept in memory.
+    """
     return _DefaultRegion(name)
 
 

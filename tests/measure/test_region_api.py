@@ -7,6 +7,7 @@ import sys
 import textwrap
 import threading
 import time
+import warnings
 
 import pytest
 
@@ -172,3 +173,43 @@ def test_measure_regions_in_process_on_the_simulated_gpu():
     assert gemm.energy_j == pytest.approx(e1 - e0, rel=0.01)
     assert report.outside_energy_j == pytest.approx(report.total_energy_j - gemm.energy_j)
     assert report.meter["method"] == "sampler"
+
+
+@pytest.fixture
+def no_default_recorder(monkeypatch):
+    """A process that has not entered a module-level region yet, outside `eopt measure`."""
+    monkeypatch.delenv(regions.REGIONS_FILE_ENV, raising=False)
+    monkeypatch.setattr(regions, "_default", None)
+    monkeypatch.setattr(regions, "_unmeasured", None)
+    monkeypatch.setattr(regions, "_warned_unmeasured", False)
+
+
+def test_region_outside_eopt_measure_warns_once(no_default_recorder):
+    with pytest.warns(regions.UnmeasuredRegionWarning) as record, regions.region("fwd"):
+        pass
+    (warning,) = record
+    message = str(warning.message)
+    assert "'fwd' is not measured" in message
+    assert "eopt measure -- " in message and 'eopt.measure.window("fwd")' in message
+    assert warning.filename == __file__  # points at the user's `with` line
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a second warning would raise here
+        with regions.region("fwd"), regions.region("bwd"):
+            pass
+    # Still recorded in memory, as before.
+    assert [w.key for w in regions.default_recorder().windows] == ["fwd", "fwd/bwd", "fwd"]
+
+
+def test_region_under_a_recorder_or_a_regions_file_does_not_warn(
+    no_default_recorder, monkeypatch, tmp_path
+):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with regions.use_recorder(RegionRecorder()), regions.region("a"):
+            pass
+        path = tmp_path / "regions.jsonl"
+        monkeypatch.setenv(regions.REGIONS_FILE_ENV, str(path))
+        with regions.region("b"):  # what a child of `eopt measure` does
+            pass
+        regions.default_recorder().close()
+    assert [w.name for w in read_region_windows(path)] == ["b"]
