@@ -7,6 +7,13 @@ the ``.jsonl`` library at once, so an interrupted sweep loses at most the cell i
 in; ``resume=True`` skips the cells already in the file. The device's original settings
 are restored however the sweep ends.
 
+One writer per library: a sweep holds an exclusive lock on ``<library>.lock`` (see
+:mod:`eopt.lockfile`) from before it reads the file until it ends, and a second sweep on
+the same file stops at once with :class:`LibraryInUseError`, naming the holder. On opening
+the library a sweep repairs what a crash leaves at its end (:func:`repair_library_tail`):
+a missing final newline is added, and a torn final line is moved to a file beside the
+library and removed from it, with a warning saying where.
+
 Three kinds of kernel (:func:`parse_kernel`):
 
 * ``sim:<kernel>`` — a kernel of the simulated GPU's catalog (virtual time, any machine);
@@ -32,6 +39,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +49,7 @@ from eopt.calculus.library import append_signature, read_library
 from eopt.calculus.signature import Signature
 from eopt.devices.base import Device
 from eopt.devices.operating_point import OperatingPoint
+from eopt.lockfile import LockBusyError, ProcessLock
 from eopt.measure.command import MeasureError, require_wall_clock
 from eopt.measure.meter import Meter, MeterMethod
 from eopt.measure.repeat import RepeatPolicy, measure_signature, measure_static_power
@@ -51,14 +60,17 @@ __all__ = [
     "Grid",
     "Kernel",
     "KernelError",
+    "LibraryInUseError",
     "PythonKernel",
     "SimKernel",
     "SweepError",
     "SweepResult",
     "cell_key",
+    "library_lock",
     "parse_kernel",
     "parse_params",
     "parse_values",
+    "repair_library_tail",
     "sweep",
 ]
 
@@ -69,6 +81,10 @@ class SweepError(ValueError):
 
 class KernelError(RuntimeError):
     """The user's kernel (a callable) raised; the original exception is chained."""
+
+
+class LibraryInUseError(SweepError):
+    """Another process is writing to the signature library (it holds its lock)."""
 
 
 # Kernels ----------------------------------------------------------------------------------
@@ -503,6 +519,64 @@ def _signature_key(sig: Signature) -> str:
     return cell_key(sig.name, sig.impl, sig.op_point, sig.workload, device)
 
 
+# The library file -------------------------------------------------------------------------
+def library_lock(path: Path) -> ProcessLock:
+    """The lock that makes one process at a time write ``path``: ``<path>.lock``."""
+    return ProcessLock(path.with_name(path.name + ".lock"))
+
+
+def repair_library_tail(path: str | os.PathLike[str]) -> list[str]:
+    """Repair what an interrupted write leaves at the end of a ``.jsonl`` library.
+
+    A final line without its newline is completed (else the next appended cell would be
+    glued onto it). A final line that is not valid JSON, as a crash in the middle of a
+    write leaves it, is moved to ``<library>.torn-<UTC time>`` beside the library and
+    removed from the library. Lines before the last are never touched: a bad line there
+    is reported by the reader with its line number.
+
+    Call it only while holding the library's lock (:func:`library_lock`).
+
+    Returns:
+        One warning per repair, naming the file, the line and where a torn line went.
+    """
+    lib = Path(path)
+    try:
+        data = lib.read_bytes()
+    except FileNotFoundError:
+        return []
+    content = data.rstrip()  # trailing blank lines are not a line to judge
+    if not content:
+        return []
+    start = content.rfind(b"\n") + 1
+    last = content[start:]
+    line_no = content.count(b"\n", 0, start) + 1
+    try:
+        json.loads(last.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        aside = lib.with_name(f"{lib.name}.torn-{stamp}")
+        n = 1
+        while aside.exists():  # never overwrite an earlier torn line
+            aside = lib.with_name(f"{lib.name}.torn-{stamp}-{n}")
+            n += 1
+        aside.write_bytes(data[start:])
+        with lib.open("r+b") as handle:
+            handle.truncate(start)
+            handle.flush()
+            os.fsync(handle.fileno())
+        return [
+            f"{lib}:{line_no}: the last line was cut off (an interrupted write); moved it to "
+            f"{aside} and removed it from the library; its cell will be measured again"
+        ]
+    if data.endswith(b"\n"):
+        return []
+    with lib.open("ab") as handle:
+        handle.write(b"\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    return [f"{lib}:{line_no}: the last line had no newline; added one"]
+
+
 # The sweep --------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class SweepResult:
@@ -513,12 +587,15 @@ class SweepResult:
         measured: The cells measured by this run.
         skipped: Cells already in the file (``resume``).
         path: The library file.
+        repairs: Warnings about the library's end repaired on opening it
+            (:func:`repair_library_tail`).
     """
 
     signatures: tuple[Signature, ...]
     measured: tuple[Signature, ...]
     skipped: int
     path: Path
+    repairs: tuple[str, ...] = ()
 
 
 ProgressFn = Callable[[int, int, Cell, Signature | None], None]
@@ -543,8 +620,13 @@ def sweep(
     control: bool = True,
     method: MeterMethod = "auto",
     before_cell: Callable[[Cell], None] | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> SweepResult:
     """Measure every cell of ``grid`` and append each signature to ``out_path`` at once.
+
+    The library is locked for the whole sweep (a second writer gets
+    :class:`LibraryInUseError` at once) and its end repaired on opening
+    (:func:`repair_library_tail`).
 
     Args:
         kernel: What to run (:func:`parse_kernel`).
@@ -560,11 +642,15 @@ def sweep(
             the cells are measured at the current setting.
         method: Meter method (``auto``: the energy counter where it exists).
         before_cell: Called before each cell is measured (a hook for tests and tools).
+        warn: Called with each warning (a repaired library); default: printed to stderr.
 
     Raises:
         SweepError: for a grid that needs control when ``control`` is False, or cells
             already measured without ``resume``.
+        LibraryInUseError: when another process writes to ``out_path``.
         MeasureError: for real work (callables, commands) on a simulated GPU.
+        MeterError: when the meter failed during a cell (the cell is not saved).
+        GpuInUseError: when another eopt process controls the GPU (grids that set it).
     """
     if kernel.needs_wall_clock:
         require_wall_clock(device, f"kernel {kernel.describe()!r}")
@@ -574,6 +660,43 @@ def sweep(
             "changes the GPU: drop --clocks, --power-limits and --mem-clocks"
         )
     path = Path(out_path)
+    lock = library_lock(path)
+    try:
+        lock.acquire()
+    except LockBusyError as exc:
+        raise LibraryInUseError(
+            f"{path}: another eopt sweep is writing to this library: {exc.who}. Wait for it "
+            "to finish and then --resume, or write to another file (-o)"
+        ) from None
+    try:
+        return _sweep_locked(
+            kernel, grid, device, path, resume, progress, policy, control, method, before_cell,
+            warn,
+        )  # fmt: skip
+    finally:
+        lock.release()
+
+
+def _sweep_locked(
+    kernel: Kernel,
+    grid: Grid,
+    device: Device,
+    path: Path,
+    resume: bool,
+    progress: ProgressFn | None,
+    policy: RepeatPolicy | None,
+    control: bool,
+    method: MeterMethod,
+    before_cell: Callable[[Cell], None] | None,
+    warn: Callable[[str], None] | None,
+) -> SweepResult:
+    """:func:`sweep`, once the library's lock is held."""
+    repairs = repair_library_tail(path)
+    for message in repairs:
+        if warn is not None:
+            warn(message)
+        else:
+            print(f"warning: {message}", file=sys.stderr)
     existing: dict[str, Signature] = {}
     if path.exists() and path.stat().st_size > 0:
         existing = {_signature_key(s): s for s in read_library(path)}
@@ -649,4 +772,4 @@ def sweep(
             run_cells()
     fresh = {_signature_key(s): s for s in measured}
     ordered = tuple(fresh.get(k) or existing[k] for k in keys)
-    return SweepResult(ordered, tuple(measured), total - len(todo), path)
+    return SweepResult(ordered, tuple(measured), total - len(todo), path, tuple(repairs))

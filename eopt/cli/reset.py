@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from eopt.cli._common import UserError, console, err_console
+
+if TYPE_CHECKING:
+    from eopt.devices.guard import StateFile
 
 __all__ = ["command"]
 
@@ -45,7 +50,8 @@ def _open(entry: dict[str, Any]) -> Any:
 @click.option(
     "--force",
     is_flag=True,
-    help="Also restore GPUs saved by eopt processes that are still running.",
+    help="Also restore GPUs saved by eopt processes that are still running, even while "
+    "they hold the GPU's lock.",
 )
 def command(gpus: tuple[int, ...], dry_run: bool, force: bool) -> None:
     """Restore GPU clocks and power limits saved by eopt runs that were killed.
@@ -53,8 +59,10 @@ def command(gpus: tuple[int, ...], dry_run: bool, force: bool) -> None:
     eopt saves each GPU's settings before changing them and restores them on exit,
     errors and Ctrl-C. A run killed with SIGKILL cannot: its saved state stays in
     $EOPT_STATE_DIR (default ~/.local/state/eopt), and this command puts the GPUs
-    back: it resets locked clocks and sets the ORIGINAL power limit. Needs root or
-    CAP_SYS_ADMIN.
+    back: it resets locked clocks and sets the ORIGINAL power limit. When several
+    saved states name one GPU (`eopt apply a.json; eopt apply b.json`), the oldest
+    one, the state found before the first change, is restored. A GPU that another
+    eopt process controls right now is left alone. Needs root or CAP_SYS_ADMIN.
 
     \b
     Examples:
@@ -63,55 +71,77 @@ def command(gpus: tuple[int, ...], dry_run: bool, force: bool) -> None:
       sudo eopt reset --gpu 0     # only GPU 0
     """
     from eopt.devices.base import DeviceError
-    from eopt.devices.guard import find_state_files, state_dir
+    from eopt.devices.guard import (
+        controlling_gpu,
+        entry_key,
+        find_state_files,
+        state_dir,
+    )
 
-    files = find_state_files()
+    def say(text: str, stream: Any = err_console) -> None:
+        stream.print(text, highlight=False, soft_wrap=True)
+
+    files = find_state_files()  # oldest first
     wanted = set(gpus)
+    remaining: dict[Path, list[dict[str, Any]]] = {}
+    # GPU → its saved entries, oldest first: the first is the original state.
+    saved: dict[str, list[tuple[StateFile, dict[str, Any]]]] = {}
+    for state in files:
+        if not state.local:
+            say(f"skipping {state.path}: saved on host {state.host!r}; run eopt reset there")
+            continue
+        if not state.stale and not force:
+            say(
+                f"skipping {state.path}: eopt process {state.pid} is still running and will "
+                "restore its GPUs itself (use --force to restore anyway)"
+            )
+            continue
+        remaining[state.path] = list(state.devices)
+        for entry in state.devices:
+            if wanted and entry.get("index") not in wanted:
+                continue
+            if entry.get("backend") != "nvml":
+                # Not a GPU eopt reset can reach (e.g. a test double): nothing to restore.
+                remaining[state.path] = [e for e in remaining[state.path] if e is not entry]
+                continue
+            saved.setdefault(entry_key(entry, state.host), []).append((state, entry))
+
     restored = 0
     pending = 0
     failures: list[str] = []
-    for state in files:
-        if not state.local:
-            err_console.print(
-                f"skipping {state.path}: saved on host {state.host!r}; run eopt reset there",
-                highlight=False,
-                soft_wrap=True,
+    for entries in saved.values():
+        first_state, first = entries[0]
+        label = f"gpu{first.get('index')} ({first.get('model', '?')})"
+        later = len(entries) - 1
+        if later:
+            say(
+                f"{label}: {later + 1} saved states; restoring the oldest ({first_state.created},"
+                f" {first_state.path.name}), the settings found before the first change"
             )
+        if dry_run:
+            say(f"would {_describe(first)} on {label}", console)
+            pending += 1
             continue
-        if not state.stale and not force:
-            err_console.print(
-                f"skipping {state.path}: eopt process {state.pid} is still running and will "
-                "restore its GPUs itself (use --force to restore anyway)",
-                highlight=False,
-                soft_wrap=True,
+        try:
+            lock = (
+                contextlib.nullcontext()
+                if force
+                else controlling_gpu(first, first_state.host, state_dir())
             )
+            with lock:
+                for line in _open(first).restore_from_state(first):
+                    say(f"restored {line}", console)
+        except (DeviceError, UserError) as exc:  # GpuInUseError included: someone controls it
+            failures.append(f"{label}: {exc}")
             continue
-        remaining = []
-        for entry in state.devices:
-            index = entry.get("index")
-            if wanted and index not in wanted:
-                remaining.append(entry)
-                continue
-            if entry.get("backend") != "nvml":
-                continue
-            label = f"gpu{index} ({entry.get('model', '?')})"
-            if dry_run:
-                console.print(
-                    f"would {_describe(entry)} on {label}", highlight=False, soft_wrap=True
-                )
-                remaining.append(entry)
-                pending += 1
-                continue
-            try:
-                for line in _open(entry).restore_from_state(entry):
-                    console.print(f"restored {line}", highlight=False, soft_wrap=True)
-            except (DeviceError, UserError) as exc:
-                failures.append(f"{label}: {exc}")
-                remaining.append(entry)
-                continue
-            restored += 1
-        if not dry_run:
-            state.write_devices(remaining)
+        restored += 1
+        # Every saved state of this GPU is settled now, the later ones included.
+        for state, entry in entries:
+            remaining[state.path] = [e for e in remaining[state.path] if e is not entry]
+    if not dry_run:
+        for state in files:
+            if state.path in remaining and len(remaining[state.path]) != len(state.devices):
+                state.write_devices(remaining[state.path])
     if failures:
         raise UserError(
             f"restored {restored} GPU(s); failed: " + "; ".join(failures) + " (state file kept)"

@@ -20,11 +20,13 @@ from eopt.calculus.signature import Signature
 from eopt.cli._common import UserError, console, err_console
 from eopt.devices.base import DevicePermissionError
 from eopt.measure.command import MeasureError
+from eopt.measure.meter import MeterError
 from eopt.measure.repeat import RepeatPolicy
 from eopt.sweep import (
     Cell,
     Grid,
     KernelError,
+    LibraryInUseError,
     SweepError,
     SweepResult,
     parse_kernel,
@@ -229,8 +231,17 @@ def command(
 
     Each finished cell is appended to the output library at once; an interrupted sweep
     continues with --resume. The GPU's settings are restored however the sweep ends.
+
     Without an NVIDIA GPU, sim: kernels run on the simulated GPU; Python callables and
     shell commands need a real GPU (the simulator cannot see real work).
+
+    One process at a time: while a sweep runs it holds OUTPUT.lock, and a second sweep on
+    the same library stops at once (it does not wait), naming the running one's PID and
+    command; a sweep that changes clocks or power limits also holds the GPU's lock, and
+    another eopt run that wants to change that GPU stops the same way (--no-control
+    sweeps take no GPU lock). On opening the library, a last line without its newline is
+    completed, and a last line cut off by a crash is moved to OUTPUT.torn-<time> with a
+    warning. A failure of the energy meter fails the sweep; the failed cell is not saved.
 
     \b
     Examples:
@@ -308,6 +319,9 @@ def _run(
             label = f"sweep {spec.name}: {cell.impl} @ {cell.op_point.label()}"
             bar.update(task, completed=done, description=label)
 
+        def warn(message: str) -> None:
+            err_console.print(f"[yellow]warning:[/] {escape(message)}", soft_wrap=True)
+
         try:
             return sweep(
                 spec,
@@ -319,12 +333,15 @@ def _run(
                 policy=policy,
                 control=control,
                 method=method,  # type: ignore[arg-type]
+                warn=warn,
             )
         except DevicePermissionError as exc:
             raise UserError(
                 f"{exc}; or pass --no-control to measure at the current setting"
             ) from None
-        except (SweepError, MeasureError, KernelError) as exc:
+        except LibraryInUseError as exc:
+            raise UserError(str(exc)) from None
+        except (SweepError, MeasureError, KernelError, MeterError) as exc:
             raise UserError(f"{exc}; finished cells are saved, --resume continues") from None
         except KeyboardInterrupt:
             err_console.print(

@@ -8,6 +8,17 @@ the handler that was installed before) and at interpreter exit, and removes the 
 once the restore succeeded. A run killed with SIGKILL cannot restore anything: its state
 file stays behind, the next run warns about it, and ``eopt reset`` puts the GPUs back.
 
+One controller per GPU: before saving anything the guard takes an exclusive lock per GPU
+(``gpu-<UUID>.lock`` in the same directory, see :mod:`eopt.lockfile`) and holds it until
+the GPU is restored or, with ``keep``, until the block ends. A second process that wants to
+change the same GPU is refused with :class:`GpuInUseError`, naming the holder's PID and
+command. Measure-only and simulated devices take no lock. The kernel drops the lock of a
+process that dies, so a killed run leaves its state file but never a stale lock.
+
+The first saved original state of a GPU wins: settings kept by ``eopt apply`` and then
+changed again by another run still go back to the state found before the first change
+(``eopt reset`` restores each GPU's oldest saved state).
+
 Example::
 
     with restoring_on_exit(gpus):
@@ -21,22 +32,27 @@ import atexit
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import sys
 import threading
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
 from eopt.devices.base import Device, DeviceError
+from eopt.lockfile import LockBusyError, ProcessLock
 
 __all__ = [
     "STATE_SCHEMA",
+    "GpuInUseError",
     "StateFile",
+    "controlling_gpu",
+    "entry_key",
     "find_state_files",
     "restoring_on_exit",
     "state_dir",
@@ -55,6 +71,84 @@ def state_dir() -> Path:
         return Path(env)
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "eopt"
+
+
+class GpuInUseError(DeviceError):
+    """Another eopt process is changing this GPU's settings (it holds the GPU's lock)."""
+
+
+def _gpu_key(uuid: object, host: str, backend: object, index: object) -> str:
+    """A GPU's identity: its UUID; without one, host, backend and index."""
+    if uuid:
+        return str(uuid)
+    return f"{host}-{backend}-{index}"
+
+
+def entry_key(entry: Mapping[str, Any], host: str) -> str:
+    """The identity of the GPU a saved-state entry describes (written on ``host``)."""
+    return _gpu_key(entry.get("uuid"), host, entry.get("backend"), entry.get("index"))
+
+
+def _device_key(device: Device) -> str:
+    backend = getattr(device, "backend", type(device).__name__)
+    return _gpu_key(getattr(device, "uuid", None), socket.gethostname(), backend, device.index)
+
+
+# Locks this process holds, by lock file: (lock, holders). Nested guards of one process
+# (a controller inside a script's own guard) share the lock instead of refusing themselves.
+_HELD: dict[Path, tuple[ProcessLock, int]] = {}
+_HELD_GUARD = threading.Lock()
+
+
+def _lock_path(key: str, directory: Path) -> Path:
+    return directory / f"gpu-{re.sub(r'[^A-Za-z0-9._-]', '_', key)}.lock"
+
+
+def _acquire(key: str, label: str, directory: Path) -> Path:
+    path = _lock_path(key, directory)
+    with _HELD_GUARD:
+        lock, count = _HELD.get(path, (ProcessLock(path), 0))
+        if count == 0:
+            try:
+                lock.acquire()
+            except LockBusyError as exc:
+                raise GpuInUseError(
+                    f"{label} is being controlled by another eopt process: {exc.who}. Wait "
+                    "for it to finish (it restores the GPU when it ends), or measure "
+                    "without changing settings (--no-control)"
+                ) from None
+        _HELD[path] = (lock, count + 1)
+    return path
+
+
+def _release(path: Path) -> None:
+    with _HELD_GUARD:
+        held = _HELD.get(path)
+        if held is None:
+            return
+        lock, count = held
+        if count <= 1:
+            del _HELD[path]
+            lock.release()
+        else:
+            _HELD[path] = (lock, count - 1)
+
+
+@contextlib.contextmanager
+def controlling_gpu(
+    entry: Mapping[str, Any], host: str, directory: Path | None = None
+) -> Iterator[None]:
+    """Hold the lock of the GPU a saved-state entry describes (for ``eopt reset``).
+
+    Raises:
+        GpuInUseError: naming the process that controls the GPU now.
+    """
+    label = f"gpu{entry.get('index', '?')} ({entry.get('model', '?')}, {entry.get('uuid', '?')})"
+    path = _acquire(entry_key(entry, host), label, directory or state_dir())
+    try:
+        yield
+    finally:
+        _release(path)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -219,29 +313,76 @@ class _Guard:
         self._created = ""
         self._lock = threading.RLock()
         self._previous: dict[int, Any] = {}
+        self._locks: list[Path] = []
 
     def save(self) -> None:
-        entries = []
-        for device in self.devices:
-            snapshot = getattr(device, "snapshot_state", None)
-            if snapshot is None or not getattr(device, "control", True):
-                continue  # simulated or measure-only GPUs: nothing to restore later
-            entries.append(snapshot())
-        if not entries:
+        """Lock every GPU that may change, then write their original state to disk.
+
+        Raises:
+            GpuInUseError: another process controls one of them (nothing is locked or
+                written then).
+        """
+        controlled = [
+            d
+            for d in self.devices
+            if getattr(d, "snapshot_state", None) is not None and getattr(d, "control", True)
+        ]  # simulated or measure-only GPUs: nothing to restore later, nothing to lock
+        if not controlled:
             return
-        self._created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        try:
+            for device in controlled:
+                uuid = getattr(device, "uuid", None)
+                label = f"{device.name} ({device.model}{f', {uuid}' if uuid else ''})"
+                self._locks.append(_acquire(_device_key(device), label, self.directory))
+            # Snapshot only once locked: before, another controller could be mid-change.
+            entries = [d.snapshot_state() for d in controlled]  # type: ignore[attr-defined]
+        except BaseException:
+            self.release_locks()
+            raise
+        # Microseconds: `eopt reset` orders saved states by this stamp (the oldest wins),
+        # and two runs can start within one second.
+        self._created = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         pid = os.getpid()
         self.path = self.directory / f"gpu-state-{pid}-{id(self):x}.json"
         self._entries = entries
         _write_json_atomic(self.path, _payload(pid, socket.gethostname(), self._created, entries))
 
+    def release_locks(self) -> None:
+        """Let other processes control these GPUs again."""
+        locks, self._locks = self._locks, []
+        for path in locks:
+            _release(path)
+
     def keep(self) -> None:
-        """Leave the settings in place; mark the state file as kept for ``eopt reset``."""
-        if self.path is not None:
-            payload = _payload(
-                os.getpid(), socket.gethostname(), self._created, self._entries, kept=True
-            )
+        """Leave the settings in place; mark the state file as kept for ``eopt reset``.
+
+        A GPU that an older state file already records (settings kept by an earlier
+        ``eopt apply``, or a killed run) is dropped from this file: the older entry holds
+        the state found before the first change, the one ``eopt reset`` must restore.
+        """
+        try:
+            if self.path is None:
+                return
+            host = socket.gethostname()
+            try:
+                older = {
+                    entry_key(e, f.host)
+                    for f in find_state_files(self.directory)
+                    if f.local and f.path != self.path
+                    for e in f.devices
+                }
+            except ValueError:
+                older = set()  # a malformed file is reported elsewhere; keep everything
+            entries = [e for e in self._entries if entry_key(e, host) not in older]
+            if not entries:
+                self.path.unlink(missing_ok=True)
+                self.path = None
+                return
+            self._entries = entries
+            payload = _payload(os.getpid(), host, self._created, entries, kept=True)
             _write_json_atomic(self.path, payload)
+        finally:
+            self.release_locks()
 
     def restore(self) -> None:
         with self._lock:
@@ -251,6 +392,9 @@ class _Guard:
                     device.restore()
                 except Exception as exc:  # keep restoring the others
                     failures.append(f"{device.name}: {exc}")
+            # Restored or not, this process changes nothing more: a failed restore leaves
+            # its state file for `eopt reset`, which needs the lock.
+            self.release_locks()
             if failures:
                 where = f" (state kept in {self.path})" if self.path else ""
                 raise DeviceError(

@@ -8,6 +8,12 @@ never saw) can still be charged. The sampler path polls the power sensor on the 
 schedule, never on the kernels' (the note in ``reference/kokkos-energy-note.txt`` explains
 why), and integrates the trace with the trapezoidal rule. The counter path also reads the
 power sensor once a sensor period, so a run's power trace can be shown (never integrated).
+
+The timer's readings run in a background thread (on the wall clock). An error there
+cannot be raised where it happens, and a trace that silently stops growing would leave
+windows measured on stale data: the meter keeps the error, stops polling, and raises it as
+a :class:`MeterError` in the measuring thread at the next :meth:`Meter.mark`,
+:meth:`Meter.energy` or :meth:`Meter.check`.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ __all__ = [
     "Meter",
     "MeterError",
     "WindowEnergy",
+    "average_window_s",
     "sensor_period_s",
 ]
 
@@ -90,16 +97,32 @@ def sensor_period_s(device: Device) -> float:
     return DEFAULT_SENSOR_PERIOD_S
 
 
-def _field_model(field: str) -> tuple[str, float]:
+def average_window_s(device: Device) -> float | None:
+    """The span the device's ``average`` power field averages, in s (its
+    ``power_average_window_s``); None when the device does not say."""
+    value = getattr(device, "power_average_window_s", None)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return None
+
+
+def _field_model(
+    field: str, window_s: float | None = None, period_s: float = DEFAULT_SENSOR_PERIOD_S
+) -> tuple[str, float]:
     """How to read a power field: (sensor kind, averaging window in s).
 
-    ``average`` (the simulator) is the mean over the refresh interval; NVML's
-    ``average_1s`` a moving mean over the last second, read as a point value at the
-    window's centre (half a second earlier than it is read); anything else (NVML's
-    ``instant`` and ``usage``) a point value.
+    ``average`` (the simulator) is the mean over the last ``window_s`` before each refresh:
+    over the whole refresh interval when the window is unknown or spans the period (an
+    interval mean); over only part of it (the simulator's 25 ms of 100 ms, as NVML's
+    power usage) a point value at the window's centre, since the rest of the interval is
+    never seen. NVML's ``average_1s`` is a moving mean over the last second, read as a
+    point value at the window's centre (half a second earlier than it is read); anything
+    else (NVML's ``instant`` and ``usage``) a point value.
     """
     if field == "average":
-        return "interval_mean", 0.0
+        if window_s is None or window_s >= period_s * (1 - 1e-9):
+            return "interval_mean", 0.0
+        return "point", window_s
     if field == "average_1s":
         return "point", 1.0
     return "point", 0.0
@@ -125,7 +148,9 @@ class Meter:
             counter (edges that were not marked are interpolated over short intervals).
         sensor_kind: How to read the power field: ``point`` (the power at each refresh)
             or ``interval_mean`` (the mean over each refresh interval). Default: from the
-            field's name (``average`` → ``interval_mean``, anything else → ``point``).
+            field's name (``average`` → ``interval_mean``, or ``point`` at the centre of
+            the device's ``power_average_window_s`` when that is shorter than the sensor
+            period; anything else → ``point``).
     """
 
     def __init__(
@@ -163,6 +188,7 @@ class Meter:
         self._display_error: str | None = None
         self._last_display_poll = -math.inf
         self._timer: Timer | None = None
+        self._failure: BaseException | None = None  # raised by a poll on the timer
 
     # lifecycle ---------------------------------------------------------------------------
     def start(self) -> Meter:
@@ -170,7 +196,7 @@ class Meter:
         if self._timer is not None:
             return self
         self._poll(self.clock.now())
-        self._timer = self.clock.every(self.period_s, self._poll)
+        self._timer = self.clock.every(self.period_s, self._poll_on_timer)
         return self
 
     def stop(self) -> None:
@@ -195,6 +221,35 @@ class Meter:
     ) -> None:
         self.stop()
 
+    @property
+    def failure(self) -> BaseException | None:
+        """The error that stopped the background polling, or None."""
+        return self._failure
+
+    def check(self) -> None:
+        """Raise, in the calling thread, an error the background polling ran into.
+
+        Raises:
+            MeterError: naming the device and the original error (chained); every window
+                that is not finished yet must be thrown away.
+        """
+        exc = self._failure
+        if exc is None:
+            return
+        raise MeterError(
+            f"{self.device.name}: the meter's background reading failed "
+            f"({type(exc).__name__}: {exc}); windows measured since then cannot be trusted"
+        ) from exc
+
+    def _poll_on_timer(self, now: float) -> None:
+        """The timer's callback: a poll whose error is kept for :meth:`check`."""
+        if self._failure is not None:
+            return  # stopped: the measuring thread will raise it
+        try:
+            self._poll(now)
+        except Exception as exc:  # the thread would print it and die unnoticed
+            self._failure = exc
+
     def _poll(self, now: float) -> None:
         if self.method == "counter":
             self._read_counter()
@@ -204,7 +259,9 @@ class Meter:
         else:
             reading = self.device.power()
             if self.power_trace is None:
-                kind, self.averaging_s = _field_model(reading.field)
+                kind, self.averaging_s = _field_model(
+                    reading.field, average_window_s(self.device), self.sensor_period_s
+                )
                 self.power_trace = SensorTrace(self.sensor_kind or kind, self.sensor_period_s)
             # A moving average describes the middle of its window: shift it back by half.
             t = reading.time_s - self.averaging_s / 2
@@ -220,7 +277,9 @@ class Meter:
         except DeviceError as exc:
             self._display_error = str(exc)
             return
-        kind, averaging = _field_model(reading.field)
+        kind, averaging = _field_model(
+            reading.field, average_window_s(self.device), self.sensor_period_s
+        )
         if kind == "interval_mean":
             averaging = self.sensor_period_s
         # Any averaged reading describes the middle of its averaging window.
@@ -240,7 +299,12 @@ class Meter:
     # windows -----------------------------------------------------------------------------
     def mark(self) -> float:
         """The current time on the device's clock, in s; on the counter path the counter is
-        read at this instant too, so windows between marks are exact."""
+        read at this instant too, so windows between marks are exact.
+
+        Raises:
+            MeterError: when the background polling failed (see :meth:`check`).
+        """
+        self.check()
         if self.method == "counter":
             return self._read_counter()
         now = self.clock.now()
@@ -255,8 +319,9 @@ class Meter:
 
         Raises:
             MeterError: when no reading arrives within ``max_wait_s`` (default: ten polling
-                periods plus one second).
+                periods plus one second), or the background polling failed.
         """
+        self.check()
         trace = self.counter_trace if self.method == "counter" else self.power_trace
         if trace is None:
             raise MeterError("the meter was never started; call start() or use `with`")
@@ -271,6 +336,7 @@ class Meter:
         waited = 0.0
         step = self.period_s / 2
         while trace.span[1] < end_s:
+            self.check()
             if waited > budget:
                 raise MeterError(
                     f"no {self.method} reading after t={end_s:.6g} s within {budget:.3g} s; "
@@ -285,8 +351,10 @@ class Meter:
         Waits for the next sample when the window ends after the last one.
 
         Raises:
-            MeterError: when the trace does not cover the window.
+            MeterError: when the trace does not cover the window, or the background
+                polling failed.
         """
+        self.check()
         duration = end_s - start_s
         if self.method == "sampler" and self.running:
             # Two more sensor periods let the integration see the refresh after the edge.
