@@ -8,9 +8,12 @@ measurement layer's power sampler runs unchanged on the simulator.
 :class:`SimulatedGPU` implements :class:`~eopt.devices.base.Device` with the physics of
 :mod:`eopt.devices.sim_physics`, the kernels of :mod:`eopt.devices.sim_kernels` and
 NVML-like sensors: a cumulative energy counter with mJ resolution (can be disabled), and a
-power sensor that updates every 100 ms (``average``: the mean over the last window;
-``instant``: the draw at the update) with seeded noise. Ground truth for tests:
-:meth:`SimulatedGPU.true_energy_j` and :meth:`SimulatedGPU.power_trace`.
+power sensor that updates every 100 ms with seeded noise. Its ``average`` field is the mean
+over only the last ``power_average_window_s`` before each update (25 ms on the shipped
+profiles, as Yang, Adamek and Armour (SC24) found for NVML on A100 and H100), so a kernel
+that falls entirely in the other 75 ms leaves no trace in it; ``instant`` is the draw at
+the update. Ground truth for tests: :meth:`SimulatedGPU.true_energy_j`,
+:meth:`SimulatedGPU.power_trace` and :attr:`SimulatedGPU.last_power_update_s`.
 
 Example::
 
@@ -42,11 +45,10 @@ from eopt.devices.sim_physics import (
     static_power_w,
     thermal_step_c,
 )
-from eopt.devices.sim_profiles import GpuProfile, load_profile
+from eopt.devices.sim_profiles import SENSOR_PERIOD_S, GpuProfile, load_profile
 
-__all__ = ["KernelRecord", "SimulatedGPU", "VirtualClock"]
+__all__ = ["SENSOR_PERIOD_S", "KernelRecord", "SimulatedGPU", "VirtualClock"]
 
-SENSOR_PERIOD_S = 0.1  # NVML-like power readings refresh every 100 ms
 _STEP_BUSY_S = 0.01  # integration step while a kernel runs (thermal model, sensor)
 _STEP_IDLE_S = 0.1
 _EPS_S = 1e-12
@@ -197,6 +199,9 @@ class SimulatedGPU:
     Attributes:
         power_update_period_s: How often the power sensor refreshes, in s (the meter polls
             it faster and integrates its refreshes).
+        power_average_window_s: The span the ``average`` field averages, in s: the last
+            window before each refresh (the profile's ``power_average_window_s``; set it
+            to ``power_update_period_s`` for a mean over the whole interval).
     """
 
     power_update_period_s: float = SENSOR_PERIOD_S
@@ -216,6 +221,7 @@ class SimulatedGPU:
         if power_field not in ("instant", "average"):
             raise ValueError(f"power_field must be 'instant' or 'average', got {power_field!r}")
         self.profile: GpuProfile = load_profile(model)
+        self.power_average_window_s: float = self.profile.power_average_window_s
         self.index = index
         self.name = f"sim{index}"
         self.model = self.profile.model
@@ -347,7 +353,8 @@ class SimulatedGPU:
         return PowerReading(self.clock.now(), self._readings[self._power_field], self._power_field)
 
     def power_fields(self) -> dict[str, PowerReading]:
-        """Both sensor fields: ``instant`` and ``average`` (over the last 100 ms)."""
+        """Both sensor fields: ``instant`` (the draw at the last refresh) and ``average``
+        (the mean over the ``power_average_window_s`` before it)."""
         now = self.clock.now()
         return {k: PowerReading(now, v, k) for k, v in self._readings.items()}
 
@@ -376,6 +383,12 @@ class SimulatedGPU:
     def true_power_w(self) -> float:
         """Exact power right now, in W."""
         return self._power_now_w()
+
+    @property
+    def last_power_update_s(self) -> float:
+        """When the power sensor last refreshed, in s of virtual time (the GPU's creation
+        time before the first refresh)."""
+        return self._reading_time
 
     def power_trace(self) -> list[tuple[float, float, float]]:
         """Exact piecewise-constant power: ``(start_s, end_s, power_w)`` segments.
@@ -521,7 +534,9 @@ class SimulatedGPU:
 
     def _update_sensor(self) -> None:
         now = self._next_sensor_s
-        start = now - SENSOR_PERIOD_S
+        # The averaged field sees only the last window of the interval (NVML's 25 ms of
+        # 100 ms); what the GPU drew before it is never reported.
+        start = now - self.power_average_window_s
         while self._window and self._window[0][1] <= start:
             self._window.popleft()
         energy = 0.0

@@ -1,9 +1,9 @@
 """GPU model profiles for the simulated GPU, kept as YAML data in ``profiles/``.
 
 A profile names the model, its SM clock table, memory clocks, power-limit range, SM count,
-peak FLOP/s, memory and link bandwidth, and its physical parameters
-(:class:`~eopt.devices.sim_physics.GpuPhysics`). ``base:`` inherits another profile and
-overrides some keys (the ``physics`` section key by key).
+peak FLOP/s, memory and link bandwidth, its power sensor's averaging window, and its
+physical parameters (:class:`~eopt.devices.sim_physics.GpuPhysics`). ``base:`` inherits
+another profile and overrides some keys (the ``physics`` section key by key).
 """
 
 from __future__ import annotations
@@ -18,7 +18,20 @@ import yaml
 
 from eopt.devices.sim_physics import GpuPhysics
 
-__all__ = ["GpuProfile", "available_profiles", "load_profile"]
+__all__ = [
+    "DEFAULT_POWER_AVERAGE_WINDOW_S",
+    "SENSOR_PERIOD_S",
+    "GpuProfile",
+    "available_profiles",
+    "load_profile",
+]
+
+#: NVML-like power readings refresh every 100 ms (on every profile).
+SENSOR_PERIOD_S = 0.1
+#: The averaged power reading covers only the last 25 ms of each 100 ms refresh interval:
+#: what Yang, Adamek and Armour (SC24) measured for nvmlDeviceGetPowerUsage on A100 and
+#: H100 boards. Used when a profile does not say.
+DEFAULT_POWER_AVERAGE_WINDOW_S = 0.025
 
 _PACKAGE = "eopt.devices"
 _DIR = "profiles"
@@ -42,6 +55,9 @@ class GpuProfile:
         memory_bandwidth_bytes_per_s: Peak DRAM bandwidth, in B/s.
         link_bandwidth_bytes_per_s: GPU-to-GPU link bandwidth, one direction, in B/s.
         physics: Physical parameters.
+        power_average_window_s: How much of each ``SENSOR_PERIOD_S`` refresh interval the
+            averaged power reading covers, in s: the mean over the last window before each
+            refresh (0 < window ≤ the period). Load outside the windows is never seen.
     """
 
     model: str
@@ -57,6 +73,7 @@ class GpuProfile:
     memory_bandwidth_bytes_per_s: float
     link_bandwidth_bytes_per_s: float
     physics: GpuPhysics
+    power_average_window_s: float = DEFAULT_POWER_AVERAGE_WINDOW_S
 
     @property
     def max_sm_clock_mhz(self) -> float:
@@ -139,6 +156,16 @@ def load_profile(name: str) -> GpuProfile:
     try:
         limits = data["power_limit_w"]
         sm_clocks = _clock_list(data["sm_clocks_mhz"], f"{where}: sm_clocks_mhz")
+        window_s = data.get("power_average_window_s", DEFAULT_POWER_AVERAGE_WINDOW_S)
+        if (
+            isinstance(window_s, bool)
+            or not isinstance(window_s, (int, float))
+            or not 0.0 < window_s <= SENSOR_PERIOD_S
+        ):
+            raise ValueError(
+                f"{where}: power_average_window_s must be a number of s in "
+                f"(0, {SENSOR_PERIOD_S:g}] (the sensor's refresh period), got {window_s!r}"
+            )
         return GpuProfile(
             model=str(data["model"]),
             nvml_name=str(data.get("nvml_name", f"NVIDIA {data['model']}")),
@@ -153,6 +180,7 @@ def load_profile(name: str) -> GpuProfile:
             memory_bandwidth_bytes_per_s=float(data["memory_bandwidth_bytes_per_s"]),
             link_bandwidth_bytes_per_s=float(data["link_bandwidth_bytes_per_s"]),
             physics=GpuPhysics.from_dict(data.get("physics") or {}, f"{where}: physics"),
+            power_average_window_s=float(window_s),
         )
     except KeyError as exc:
         raise ValueError(f"{where}: missing key {exc.args[0]!r}") from exc

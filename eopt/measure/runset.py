@@ -47,7 +47,9 @@ def phase_delay_s(k: int, shift_ms: float, period_s: float) -> float:
     """The delay before run ``k`` (0-based): (k · shift) mod the sensor period, in s."""
     if shift_ms <= 0:
         return 0.0
-    return (k * shift_ms * 1e-3) % period_s
+    # In integer nanoseconds, so that k shifts that add up to whole periods give exactly 0.
+    step_ns, period_ns = round(shift_ms * 1e6), round(period_s * 1e9)
+    return ((k * step_ns) % period_ns) * 1e-9
 
 
 @dataclass(frozen=True)

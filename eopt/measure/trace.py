@@ -137,9 +137,11 @@ class SensorTrace:
 
     * ``point`` (e.g. NVML's instantaneous power): ``r_k`` is the power at ``u_k``; between
       refreshes the power is taken as linear (trapezoidal rule).
-    * ``interval_mean`` (a field averaging over the refresh interval, the simulator's
-      ``average``): ``r_k`` is the mean power over ``(u_{k−1}, u_k]``, so the energy up to
-      every refresh instant is exact.
+    * ``interval_mean`` (a field averaging over the whole refresh interval, such as the
+      simulator's ``average`` with its window set to the period): ``r_k`` is the mean
+      power over ``(u_{k−1}, u_k]``, so the energy up to every refresh instant is exact. A
+      field that averages only part of the interval (NVML's 25 ms of 100 ms) is not one:
+      the meter reads it as ``point`` at its window's centre.
 
     At a window edge inside a refresh interval, the power is assumed to step at the edge
     (a region edge is where the load changes): for ``point`` the reading on the inside of

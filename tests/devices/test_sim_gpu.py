@@ -166,9 +166,13 @@ def test_instant_and_average_fields_differ_inside_a_window():
     gpu = SimulatedGPU(noise=False)
     gpu.idle(1.0)
     idle_w = gpu.true_power_w()
-    gpu.launch("gemm", "cublas", {"m": 8192, "n": 8192, "k": 16384})  # a ~10 ms burst
-    # Over the next updates, some window holds part of the burst while the draw at the
-    # update instant is idle again: the average shows the burst, the instant field not.
+    # Start the burst 20 ms before the next refresh, inside the 25 ms the average covers
+    # (a burst in the other 75 ms would leave no trace in either field).
+    gpu.idle(gpu.last_power_update_s + SENSOR_PERIOD_S - 0.02 - gpu.clock.now())
+    duration = gpu.launch("gemm", "cublas", {"m": 8192, "n": 8192, "k": 16384})
+    assert duration < 0.015  # a ~10 ms burst that ends before the refresh
+    # At the next update the window holds the burst while the draw at the update instant
+    # is idle again: the average shows the burst, the instant field not.
     seen = []
     for _ in range(20):
         gpu.idle(0.01)

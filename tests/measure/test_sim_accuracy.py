@@ -81,11 +81,18 @@ def test_signature_on_the_sim_is_consistent_across_meters():
     assert c.meta["backend"] == "sim" and c.meta["device_model"] == "A100-SXM4-40GB"
 
 
-@pytest.mark.parametrize(("field", "flagged"), [("instant", True), ("average", False)])
-def test_a_load_faster_than_the_sensor_is_flagged_on_point_readings(field, flagged):
+@pytest.mark.parametrize(
+    ("field", "window_s", "flagged"),
+    [("instant", 0.025, True), ("average", 0.025, True), ("average", 0.1, False)],
+)
+def test_a_load_faster_than_the_sensor_is_flagged_on_point_readings(field, window_s, flagged):
     # ~35 ms GEMM, an idle gap, a burst of copies: the draw changes several times per
-    # 100 ms refresh. Point readings only sample it (and alias); interval means do not.
+    # 100 ms refresh. Point readings only sample it (and alias), and so does an average
+    # over 25 ms of each 100 ms (the profiles' NVML-like window); an average over the
+    # whole interval does not.
     gpu = SimulatedGPU(seed=8, energy_counter=False, power_field=field)
+    assert gpu.power_average_window_s == 0.025  # from the profile
+    gpu.power_average_window_s = window_s
 
     def mixed() -> None:
         gpu.launch("gemm", "naive", {})
