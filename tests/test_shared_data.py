@@ -30,13 +30,15 @@ def test_needed_data_ships_in_tests_data(
     assert found.stat().st_size > 0
 
 
-def test_every_shipped_folder_says_where_its_data_came_from() -> None:
+def test_every_shipped_folder_is_listed_and_copied_data_say_where_they_came_from() -> None:
+    index = (TESTS / "data" / "README.md").read_text()
     folders = [p for p in (TESTS / "data").iterdir() if p.is_dir()]
     assert folders
     for folder in folders:
-        readme = folder / "README.md"
-        assert readme.is_file(), f"{folder} has no README.md with its provenance"
-        assert folder.name in (TESTS / "data" / "README.md").read_text()
+        assert f"`{folder.name}/" in index, f"{folder} is not listed in tests/data/README.md"
+    for copied in sorted({Path(r).parts[0] for r in NEEDED}):
+        readme = TESTS / "data" / copied / "README.md"
+        assert readme.is_file(), f"{copied} has no README.md with its provenance"
 
 
 def test_falls_back_to_eopt_data_dir(

@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("eopt.cli.sweep", "Measure a kernel over implementations × operating points."),
     "measure": ("eopt.cli.measure", "Measure the energy of one command and its regions."),
     "attribute": ("eopt.cli.attribute", "Charge a recorded trace's energy to regions and kernels."),
+    "kokkos": ("eopt.cli.kokkos", "Build or attach eopt's Kokkos Tools connector."),
     "compare": ("eopt.cli.compare", "Does variant B really cost less than A over repeated runs?"),
     "frontier": ("eopt.cli.frontier", "Print or plot the time–energy Pareto frontier."),
     "compose": ("eopt.cli.compose", "Compose signatures along an expression or a schedule."),

@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from eopt.cli._common import UserError, console, err_console, write_json
+from eopt.devices.base import WallClock
 from eopt.measure.command import CommandMeasurement, MeasureError, measure_command
 
 __all__ = ["command", "open_measure_device", "print_report"]
@@ -22,6 +23,74 @@ def open_measure_device(backend: str, index: int) -> Any:
     from eopt.devices import open_devices
 
     return open_devices(backend, [index], control=False)[0]
+
+
+def open_measure_gpus(selection: str | None, backend: str) -> list[Any]:
+    """The GPUs to watch for a recording (a seam the tests replace).
+
+    Args:
+        selection: ``all``, ``0,1,…``, or None (all GPUs NVML sees, if any).
+        backend: The --backend value; GPUs only when it names nvml or is auto.
+
+    Returns:
+        Measure-only NVML devices; empty when NVML sees no GPU and none was asked for.
+    """
+    if backend not in ("auto", "nvml", "nvml,rapl"):
+        if selection is not None:
+            raise UserError(f"--gpus needs a GPU backend; --backend {backend} has none")
+        return []
+    from eopt.devices import nvml, open_devices
+
+    count = nvml.device_count(raise_errors=backend != "auto" or selection is not None)
+    if count == 0:
+        return []
+    indices = parse_gpus(selection, count)
+    return open_devices("nvml", indices, control=False)
+
+
+def parse_gpus(selection: str | None, count: int) -> list[int]:
+    """``all``/None → every index below ``count``; ``0,2`` → [0, 2] (checked).
+
+    Raises:
+        UserError: for a malformed list, a duplicate or an index out of range.
+    """
+    if selection is None or selection.strip().lower() == "all":
+        return list(range(count))
+    out: list[int] = []
+    for part in selection.split(","):
+        try:
+            index = int(part.strip())
+        except ValueError:
+            raise UserError(f"--gpus {selection!r}: give 'all' or indices like 0,1") from None
+        if not 0 <= index < count:
+            raise UserError(f"--gpus {selection!r}: GPU {index} does not exist (0–{count - 1})")
+        if index in out:
+            raise UserError(f"--gpus {selection!r}: GPU {index} is listed twice")
+        out.append(index)
+    return out
+
+
+def open_rapl_source(backend: str) -> Any | None:
+    """The node's RAPL zones as a power source (a seam the tests replace).
+
+    Returns:
+        None when the backend excludes RAPL, or (for ``auto``) when RAPL is not readable.
+
+    Raises:
+        UserError: when RAPL was asked for and cannot be read, saying what to do.
+    """
+    if backend not in ("auto", "rapl", "nvml,rapl"):
+        return None
+    from eopt.measure import rapl
+
+    try:
+        source = rapl.RaplSampler()
+        source.reader.read()  # a root-only counter fails here, before the run, not in it
+        return source
+    except (rapl.RaplUnavailableError, rapl.RaplPermissionError) as exc:
+        if backend == "auto":
+            return None
+        raise UserError(str(exc)) from None
 
 
 def print_report(result: CommandMeasurement) -> None:
@@ -90,12 +159,24 @@ def print_report(result: CommandMeasurement) -> None:
 )
 @click.option(
     "--backend",
-    type=click.Choice(["auto", "nvml"]),
+    type=click.Choice(["auto", "nvml", "rapl", "nvml,rapl", "none"]),
     default="auto",
     show_default=True,
-    help="Device backend (a real GPU is needed).",
+    help="Power sources: NVIDIA GPUs (nvml), the CPU packages and DRAM through Linux "
+    "powercap (rapl), both, or none (events only). auto: the GPUs, plus RAPL where readable.",
 )
 @click.option("--gpu", "gpu_index", type=int, default=0, show_default=True, help="GPU index.")
+@click.option(
+    "--gpus",
+    help="Watch several GPUs: 'all' or indices '0,1,…' (one power series each; per-region "
+    "energy per GPU and summed).",
+)
+@click.option(
+    "--kokkos",
+    is_flag=True,
+    help="Attach eopt's Kokkos Tools connector (built on first use): regions, kernels, "
+    "deep copies and fences of an unmodified Kokkos program.",
+)
 @click.option(
     "--method",
     type=click.Choice(["auto", "counter", "sampler"]),
@@ -136,6 +217,8 @@ def command(
     output: str | None,
     backend: str,
     gpu_index: int,
+    gpus: str | None,
+    kokkos: bool,
     method: str,
     trace_dir: str | None,
     repeat: int | None,
@@ -162,9 +245,18 @@ def command(
     `eopt compare`; --shift moves each run's start against the power sensor's refresh so
     that short regions are seen at different phases.
 
+    With --kokkos, --gpus or a RAPL backend, the run is recorded as a trace folder
+    (--trace-dir, default ./eopt-trace): one power series per GPU and per CPU package,
+    the Kokkos connector's regions and kernels (KOKKOS_TOOLS_LIBS and KOKKOS_PROFILE_LIBRARY
+    are set for the child; under MPI each rank writes rank_<N>/), and the energy per region
+    and kernel on every series. Without any power sensor the events are still recorded;
+    attribute them later with `eopt attribute power.csv --events DIR/events.csv`.
+
     \b
     Examples:
       eopt measure -- python train.py --epochs 1
+      eopt measure --kokkos --gpus all -- ./kokkos_app -n 1000
+      eopt measure --kokkos --backend nvml,rapl --trace-dir run1 -- mpirun -n 4 ./app
       eopt measure --json -o run.json -- ./bench --size 8192
       eopt measure --trace-dir run-trace -- ./bench
       eopt measure --repeat 20 --shift 5 --cooldown 2 -o runs-a -- ./bench --variant a
@@ -175,15 +267,30 @@ def command(
     if repeat is None and (shift_ms or cooldown_s):
         raise UserError("--shift and --cooldown apply to repeated runs; add --repeat N")
     if repeat is not None:
+        if kokkos or gpus or "rapl" in backend or backend == "none":
+            raise UserError("--repeat records one GPU with Python regions; drop --kokkos/--gpus")
         _repeat(list(cmd), backend, gpu_index, method, repeat, shift_ms, cooldown_s, output, force)
+        return
+    if kokkos or gpus is not None or "rapl" in backend or backend == "none":
+        _record(list(cmd), backend, gpus, kokkos, method, trace_dir, as_json, output, force)
         return
     if output and os.path.isdir(output):
         raise UserError(f"{output}: is a folder; -o names the JSON file (or add --repeat N)")
     device = open_measure_device(backend, gpu_index)
+    if trace_dir and not isinstance(device.clock, WallClock):
+        # No GPU to watch: still record the events (and the CPU, where RAPL is readable).
+        _record(list(cmd), backend, None, kokkos, method, trace_dir, as_json, output, force)
+        return
     try:
         result = measure_command(list(cmd), device, method=method)  # type: ignore[arg-type]
     except MeasureError as exc:
-        raise UserError(str(exc)) from None
+        hint = ""
+        if not isinstance(device.clock, WallClock):
+            hint = (
+                "; without a GPU, --trace-dir DIR still records the regions and kernels (and "
+                "the CPU's energy where RAPL is readable)"
+            )
+        raise UserError(f"{exc}{hint}") from None
     if trace_dir:
         from eopt.measure.trace_io import write_dashboard
 
@@ -264,3 +371,75 @@ def _repeat(
             "status (kept in the run set; index.json records each status)"
         )
         sys.exit(1)
+
+
+def _record(
+    cmd: list[str],
+    backend: str,
+    gpus: str | None,
+    kokkos: bool,
+    method: str,
+    trace_dir: str | None,
+    as_json: bool,
+    output: str | None,
+    force: bool,
+) -> None:
+    """Record the command as a trace folder with every power source, then attribute it."""
+    from eopt.measure.attribution import attribute, sum_attributions
+    from eopt.measure.session import GpuPowerSource, SessionError, record_command
+    from eopt.measure.traces import TraceError
+    from eopt.report.attribution_table import render_attribution
+
+    folder = trace_dir or "eopt-trace"
+    sources: list[Any] = [
+        GpuPowerSource(d, method=method)  # type: ignore[arg-type]
+        for d in open_measure_gpus(gpus, backend)
+    ]
+    rapl_source = open_rapl_source(backend)
+    if rapl_source is not None:
+        sources.append(rapl_source)
+    library = None
+    if kokkos:
+        from eopt.measure.kokkos import KokkosBuildError, build_connector
+
+        try:
+            library = build_connector()
+        except KokkosBuildError as exc:
+            raise UserError(str(exc)) from None
+    if not sources:
+        err_console.print(
+            "[yellow]note:[/] no power sensor here (no NVIDIA GPU, no readable RAPL): "
+            f"recording events only into {escape(folder)}",
+            highlight=False,
+        )
+    try:
+        run = record_command(cmd, sources, folder, kokkos_library=library, force=force)
+    except (SessionError, TraceError) as exc:
+        raise UserError(str(exc)) from None
+    for w in run.warnings:
+        err_console.print(f"[yellow]warning:[/] {escape(w)}", highlight=False)
+    err_console.print(f"trace written to [bold]{escape(str(run.trace_dir))}[/]", highlight=False)
+    data: dict[str, Any] = {
+        "command": list(run.command),
+        "returncode": run.returncode,
+        "trace_dir": str(run.trace_dir),
+        "power_sources": list(run.sources),
+    }
+    if any(t.series for t in run.traces):
+        parts = [attribute(t) for t in run.traces]
+        att = parts[0] if len(parts) == 1 else sum_attributions(parts, str(run.trace_dir))
+        data.update(att.to_dict())
+        if not as_json:
+            render_attribution(att, console)
+    else:
+        n = sum(len(t.events) for t in run.traces)
+        data.update({"events": n})
+        if not as_json:
+            console.print(f"{n} events recorded; no power to attribute them to")
+    if output:
+        write_json(output, data)
+    if as_json:
+        write_json("-", data)
+    if run.returncode != 0:
+        err_console.print(f"[yellow]warning:[/] the command exited with status {run.returncode}")
+        sys.exit(run.returncode)

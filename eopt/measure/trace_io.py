@@ -56,6 +56,7 @@ __all__ = [
     "PowerCsvOptions",
     "atomic_write_text",
     "detect_layout",
+    "read_events",
     "read_runs",
     "read_trace",
     "read_traces",
@@ -174,7 +175,8 @@ def _float(value: str, where: str, column: str) -> float:
 
 
 # Dashboard layout -------------------------------------------------------------------------
-def _read_events(path: Path) -> list[Event]:
+def read_events(path: Path) -> list[Event]:
+    """The events of an ``events.csv`` (dashboard layout); extra columns are ignored."""
     events = []
     for lineno, row in _rows(path, EVENTS_HEADER):
         where = f"{path}:{lineno}"
@@ -190,6 +192,9 @@ def _read_events(path: Path) -> list[Event]:
                 start_ns=_int(row["start_ns"], where, "start_ns"),
                 end_ns=_int(row["end_ns"], where, "end_ns"),
                 where=where,
+                device_id=(
+                    _int(row["device_id"], where, "device_id") if row.get("device_id") else None
+                ),
             )
         )
     return events
@@ -248,10 +253,29 @@ def _read_metadata(path: Path) -> dict[str, Any]:
 
 
 def _read_dashboard(folder: Path, rank: int | None = None) -> Trace:
-    events = _read_events(folder / "events.csv")
+    events = read_events(folder / "events.csv")
     series = _read_power_samples(folder / "power_samples.csv")
     meta = _read_metadata(folder / "metadata.json")
     return Trace(tuple(events), tuple(series), meta, str(folder), rank)
+
+
+def _read_merged_ranks(folder: Path, ranks: Sequence[tuple[int, Path]]) -> Trace:
+    """Ranks that share the node's power (``power_samples.csv`` beside the rank folders):
+    one trace with every rank's events, so overlapping ranks share the power."""
+    series = _read_power_samples(folder / "power_samples.csv")
+    events: list[Event] = []
+    offset = 0
+    for _, rank_dir in ranks:
+        own = read_events(rank_dir / "events.csv") if (rank_dir / "events.csv").exists() else []
+        for e in own:
+            parent = e.parent_id + offset if e.parent_id else 0
+            events.append(
+                Event(e.id + offset, parent, e.name, e.category, e.start_ns, e.end_ns, e.where)
+            )
+        offset += max((e.id for e in own), default=0)
+    meta = _read_metadata(folder / "metadata.json")
+    meta["ranks"] = [r for r, _ in ranks]
+    return Trace(tuple(events), tuple(series), meta, str(folder))
 
 
 # The connector's raw CSVs -----------------------------------------------------------------
@@ -454,7 +478,7 @@ def _read_power_csv(path: Path, opts: PowerCsvOptions) -> Trace:
         )
         for dev, (t, p, _) in sorted(data.items())
     )
-    events = _read_events(Path(opts.events)) if opts.events else []
+    events = read_events(Path(opts.events)) if opts.events else []
     meta = {"layout": "power-csv", "time_unit": time_unit}
     return Trace(tuple(events), series, meta, str(path))
 
@@ -468,10 +492,10 @@ def detect_layout(path: str | os.PathLike[str]) -> str:
     """
     p = Path(path)
     if p.is_dir():
-        if (p / "events.csv").exists() or (p / "power_samples.csv").exists():
-            return "dashboard"
         if any(_RANK_DIR.match(c.name) and c.is_dir() for c in p.iterdir()):
             return "mpi"
+        if (p / "events.csv").exists() or (p / "power_samples.csv").exists():
+            return "dashboard"
         runs = _raw_runs(p)
         if len(runs) == 1:
             return "kokkos-raw"
@@ -517,6 +541,8 @@ def read_traces(
             for c in p.iterdir()
             if c.is_dir() and (m := _RANK_DIR.match(c.name))
         )
+        if (p / "power_samples.csv").exists():
+            return [_read_merged_ranks(p, ranks)]
         return [_read_dashboard(folder, rank) for rank, folder in ranks]
     if layout == "kokkos-raw":
         if p.is_dir():
@@ -596,9 +622,20 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def write_dashboard(
-    trace: Trace, folder: str | os.PathLike[str], metadata: Mapping[str, Any] | None = None
+    trace: Trace,
+    folder: str | os.PathLike[str],
+    metadata: Mapping[str, Any] | None = None,
+    *,
+    events: bool = True,
 ) -> Path:
     """Write ``trace`` in the dashboard layout (version 1) into ``folder``.
+
+    Args:
+        trace: The trace.
+        folder: Where (created).
+        metadata: Extra keys for ``metadata.json``.
+        events: Also write ``events.csv`` (False: the power of an MPI run, beside the
+            ranks' folders that hold their own events).
 
     Returns:
         The folder.
@@ -606,9 +643,15 @@ def write_dashboard(
     out = Path(folder)
     ev = io.StringIO()
     w = csv.writer(ev, lineterminator="\n")
-    w.writerow(EVENTS_HEADER)
+    # device_id is an extra column, written only when a source recorded it (the Kokkos
+    # connector); readers of version 1 key columns by name and ignore it.
+    devices = any(e.device_id is not None for e in trace.events)
+    w.writerow(EVENTS_HEADER + (("device_id",) if devices else ()))
     for e in sorted(trace.events, key=lambda e: e.id):
-        w.writerow([e.id, e.parent_id, e.name, e.category, e.start_ns, e.end_ns])
+        row: list[Any] = [e.id, e.parent_id, e.name, e.category, e.start_ns, e.end_ns]
+        if devices:
+            row.append("" if e.device_id is None else e.device_id)
+        w.writerow(row)
     pw = io.StringIO()
     w = csv.writer(pw, lineterminator="\n")
     w.writerow(POWER_HEADER)
@@ -623,7 +666,8 @@ def write_dashboard(
     meta = {"format": "energy-dashboard-for-kokkos", "version": DASHBOARD_VERSION}
     meta.update(trace.metadata)
     meta.update(metadata or {})
-    atomic_write_text(out / "events.csv", ev.getvalue())
+    if events:
+        atomic_write_text(out / "events.csv", ev.getvalue())
     atomic_write_text(out / "power_samples.csv", pw.getvalue())
     atomic_write_text(out / "metadata.json", json.dumps(meta, indent=2, default=str) + "\n")
     return out

@@ -54,6 +54,7 @@ class Event:
         start_ns: Start, in ns.
         end_ns: End, in ns (≥ start).
         where: Where it was read (``file:line``), for error messages.
+        device_id: The device it ran on, where the source says (Kokkos' device id).
     """
 
     id: int
@@ -63,6 +64,7 @@ class Event:
     start_ns: int
     end_ns: int
     where: str = field(default="", compare=False)
+    device_id: int | None = None
 
     @property
     def duration_s(self) -> float:

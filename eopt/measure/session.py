@@ -1,0 +1,323 @@
+"""Record one run of a command as a trace: every power source, every event source.
+
+Power sources (each GPU's meter, the node's RAPL zones, or none) run beside the command;
+event sources are the regions a Python program reports (``$EOPT_REGIONS_FILE``) and the
+Kokkos Tools connector's events. Everything lands on one clock, ns since the UNIX epoch,
+and in one trace folder (the dashboard layout) that the attribution engine reads like any
+other trace::
+
+    run = record_command(["./app"], [GpuPowerSource(gpu)], trace_dir="run", kokkos=True)
+    attribute(run.traces[0])
+
+Under MPI, the connector writes ``rank_<N>/events.csv`` per rank; the power of the node is
+written once, beside the rank folders, and the reader merges the ranks' events onto it, so
+regions of different ranks that overlap share the node's power instead of each being
+charged all of it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from eopt.devices.base import Device, WallClock
+from eopt.measure.meter import Meter, MeterMethod
+from eopt.measure.regions import REGIONS_FILE_ENV, read_region_windows
+from eopt.measure.trace_io import read_events, read_traces, write_dashboard
+from eopt.measure.traces import Event, PowerSeries, Trace, TraceError, nest_by_time
+
+__all__ = [
+    "GpuPowerSource",
+    "PowerSource",
+    "RecordedCommand",
+    "SessionError",
+    "record_command",
+]
+
+_RANK_DIR = re.compile(r"^rank_(\d+)$")
+
+
+class SessionError(RuntimeError):
+    """The command cannot be recorded as asked (not found, folder in use …)."""
+
+
+class PowerSource(Protocol):
+    """Anything that samples power beside a run and hands back power series."""
+
+    def start(self) -> None:
+        """Begin sampling."""
+
+    def stop(self) -> list[PowerSeries]:
+        """End sampling; the series, timestamps in ns since the UNIX epoch."""
+
+    def describe(self) -> dict[str, Any]:
+        """What it is and how it sampled (for the trace's metadata)."""
+
+
+def _epoch_offset_ns() -> int:
+    """time.time_ns() − perf_counter_ns(): converts the monotonic clock to the epoch."""
+    return time.time_ns() - time.perf_counter_ns()
+
+
+class GpuPowerSource:
+    """One GPU's meter (energy counter or power sampler) as a power series.
+
+    Args:
+        device: A GPU on the wall clock (NVML, or a test's fake).
+        method: Meter method.
+    """
+
+    def __init__(self, device: Device, method: MeterMethod = "auto") -> None:
+        if not isinstance(device.clock, WallClock):
+            raise SessionError(
+                f"{device.name} ({device.model}) is simulated: its sensors cannot see a real "
+                "process; record on a machine with an NVIDIA GPU"
+            )
+        self.device = device
+        self.method = method
+        self._meter: Meter | None = None
+        self._start = 0.0
+        self._offset = 0
+
+    def start(self) -> None:
+        self._meter = Meter(self.device, method=self.method).start()
+        self.device.clock.sleep(self._meter.period_s)  # a reading before the run starts
+        self._offset = _epoch_offset_ns()
+        self._start = self._meter.mark()
+
+    def stop(self) -> list[PowerSeries]:
+        meter = self._meter
+        if meter is None:
+            raise SessionError("GpuPowerSource.stop() before start()")
+        try:
+            self.device.synchronize()
+            end = meter.mark()
+            points = meter.power_samples(self._start, end, edges=True)
+        finally:
+            meter.stop()
+        times = np.array([self._offset + round(t * 1e9) for t, _ in points], dtype=np.int64)
+        power = np.array([p for _, p in points], dtype=np.float64)
+        keep = np.append(np.diff(times) > 0, True) if times.size else np.zeros(0, dtype=bool)
+        index = int(getattr(self.device, "index", 0) or 0)
+        return [PowerSeries("GPU", index, times[keep], power[keep], self.device.name)]
+
+    def describe(self) -> dict[str, Any]:
+        meter = self._meter.describe() if self._meter is not None else {}
+        return {
+            "source": "gpu",
+            "device": self.device.name,
+            "model": self.device.model,
+            "index": int(getattr(self.device, "index", 0) or 0),
+            "meter": meter,
+        }
+
+
+@dataclass(frozen=True)
+class RecordedCommand:
+    """The outcome of :func:`record_command`.
+
+    Attributes:
+        command: The command as run.
+        returncode: Its exit status.
+        trace_dir: The trace folder written.
+        traces: The trace(s) read back from it (one; or one merged over MPI ranks).
+        start_unix_ns: When the command started, ns since the epoch.
+        end_unix_ns: When it ended.
+        sources: Each power source's description.
+        warnings: Plain-words notes (no power source, connector counts …).
+    """
+
+    command: tuple[str, ...]
+    returncode: int
+    trace_dir: Path
+    traces: tuple[Trace, ...]
+    start_unix_ns: int
+    end_unix_ns: int
+    sources: tuple[dict[str, Any], ...] = ()
+    warnings: tuple[str, ...] = field(default=())
+
+
+def _python_regions(path: Path, offset_ns: int, first_id: int) -> list[Event]:
+    """Regions a Python program reported (perf_counter seconds) as events on the epoch."""
+    items = [
+        (
+            w.name,
+            "USER_REGION",
+            offset_ns + round(w.start_s * 1e9),
+            offset_ns + round(w.end_s * 1e9),
+            "",
+        )
+        for w in read_region_windows(path)
+    ]
+    return [
+        Event(
+            e.id + first_id,
+            e.parent_id + first_id if e.parent_id else 0,
+            e.name,
+            e.category,
+            e.start_ns,
+            e.end_ns,
+        )
+        for e in nest_by_time(items)
+    ]
+
+
+def _prepare(folder: Path, force: bool) -> None:
+    if folder.exists() and not folder.is_dir():
+        raise SessionError(f"{folder}: exists and is not a folder; name a folder for the trace")
+    if folder.is_dir() and any(folder.iterdir()):
+        if not force:
+            raise SessionError(
+                f"{folder}: not empty; choose a new folder or pass --force to overwrite"
+            )
+        for stale in ("events.csv", "power_samples.csv", "metadata.json"):
+            (folder / stale).unlink(missing_ok=True)
+        for child in folder.iterdir():
+            if child.is_dir() and _RANK_DIR.match(child.name):
+                for stale in ("events.csv", "power_samples.csv", "metadata.json"):
+                    (child / stale).unlink(missing_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
+
+
+def record_command(
+    command: Sequence[str],
+    sources: Sequence[PowerSource],
+    trace_dir: str | os.PathLike[str],
+    *,
+    kokkos_library: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    force: bool = False,
+) -> RecordedCommand:
+    """Run ``command`` once with every power source sampling, and write its trace folder.
+
+    Args:
+        command: Program and arguments (no shell).
+        sources: Power sources; none is allowed (events only, power attributed later).
+        trace_dir: The trace folder to write (dashboard layout).
+        kokkos_library: The Kokkos Tools connector to attach (see
+            :func:`eopt.measure.kokkos.build_connector`); None attaches nothing.
+        env: Extra environment variables for the child.
+        force: Overwrite a trace folder that is not empty.
+
+    Raises:
+        SessionError: an empty command, one that cannot start, or a folder in use.
+        TraceError: when what was recorded cannot be read back (a bug, or a disk full).
+    """
+    if not command:
+        raise SessionError("no command given; usage: eopt measure -- CMD [ARGS…]")
+    folder = Path(trace_dir)
+    _prepare(folder, force)
+    with tempfile.TemporaryDirectory(prefix="eopt-session-") as tmp:
+        regions_file = Path(tmp) / "regions.jsonl"
+        child_env = {**os.environ, **(env or {}), REGIONS_FILE_ENV: str(regions_file)}
+        if kokkos_library is not None:
+            from eopt.measure.kokkos import connector_env
+
+            child_env.update(connector_env(kokkos_library, folder))
+        started: list[PowerSource] = []
+        try:
+            for source in sources:
+                source.start()
+                started.append(source)
+            offset = _epoch_offset_ns()
+            start_ns = time.time_ns()
+            try:
+                proc = subprocess.run(list(command), env=child_env, check=False)
+            except FileNotFoundError:
+                raise SessionError(f"command not found: {command[0]!r}") from None
+            except PermissionError:
+                raise SessionError(f"command is not executable: {command[0]!r}") from None
+            end_ns = time.time_ns()
+        finally:
+            series = [s for source in started for s in source.stop()]
+        python_events = _python_regions(regions_file, offset, 0)
+    descriptions = tuple(source.describe() for source in started)
+    warnings: list[str] = []
+    meta: dict[str, Any] = {
+        "command": list(command),
+        "returncode": proc.returncode,
+        "start_unix_ns": start_ns,
+        "end_unix_ns": end_ns,
+        "recorded_by": "eopt measure",
+        "power_sources": list(descriptions),
+    }
+    rank_dirs = sorted(
+        (int(m.group(1)), c)
+        for c in folder.iterdir()
+        if c.is_dir() and (m := _RANK_DIR.match(c.name))
+    )
+    connector_events = _connector_events(folder) if not rank_dirs else []
+    connector_meta = folder / "metadata.json"
+    if kokkos_library is not None and connector_meta.exists() and not rank_dirs:
+        import json
+
+        try:
+            meta["connector"] = json.loads(connector_meta.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            warnings.append(f"{connector_meta}: the connector's metadata is unreadable")
+        counts = meta.get("connector", {}).get("counts", {})
+        bad = {k: v for k, v in counts.items() if k != "events" and v}
+        if bad:
+            warnings.append(
+                "the Kokkos connector saw "
+                + ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in bad.items())
+            )
+    offset_ids = max((e.id for e in connector_events), default=0)
+    python_shifted = [
+        Event(
+            e.id + offset_ids,
+            e.parent_id + offset_ids if e.parent_id else 0,
+            e.name,
+            e.category,
+            e.start_ns,
+            e.end_ns,
+        )
+        for e in python_events
+    ]
+    events = tuple(connector_events) + tuple(python_shifted)
+    if kokkos_library is not None and not events and not rank_dirs:
+        warnings.append(
+            "the Kokkos connector recorded no events: is the program built with Kokkos, and "
+            "does it call Kokkos::initialize / Kokkos::finalize?"
+        )
+    if rank_dirs:
+        meta["ranks"] = [r for r, _ in rank_dirs]
+        if python_events:
+            warnings.append("Python regions of an MPI run are not recorded per rank; dropped")
+    trace = Trace(events, tuple(series), meta, str(folder))
+    write_dashboard(trace, folder, events=not rank_dirs)
+    if not series:
+        warnings.append(
+            "no power was recorded: the trace holds events only; attribute later with power "
+            f"recorded elsewhere, e.g. `eopt attribute power.csv --events {folder}/events.csv`"
+        )
+    traces = tuple(read_traces(folder)) if series else (trace,)
+    return RecordedCommand(
+        command=tuple(command),
+        returncode=proc.returncode,
+        trace_dir=folder,
+        traces=traces,
+        start_unix_ns=start_ns,
+        end_unix_ns=end_ns,
+        sources=descriptions,
+        warnings=tuple(warnings),
+    )
+
+
+def _connector_events(folder: Path) -> list[Event]:
+    """The connector's events.csv in ``folder`` (none when it wrote nothing)."""
+    if not (folder / "events.csv").exists():
+        return []
+    try:
+        return read_events(folder / "events.csv")
+    except TraceError as exc:
+        raise TraceError(f"the Kokkos connector's output is unreadable: {exc}") from None

@@ -1,0 +1,118 @@
+"""`eopt measure --backend nvml,rapl`: GPU and CPU energy per region side by side, from a
+fake powercap tree whose counters advance at a constant power while the command runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from eopt.cli import measure as measure_cli
+from eopt.measure.trace_io import read_trace
+
+CHILD = textwrap.dedent(
+    """
+    import time
+    from eopt.measure import regions
+
+    with regions.region("compute"):
+        time.sleep(0.3)
+    """
+)
+
+
+class LivePowercap:
+    """One package (60 W) with a dram zone (6 W), counters driven by the wall clock."""
+
+    def __init__(self, root) -> None:
+        self.root = root
+        self.pkg = root / "intel-rapl:0"
+        self.dram = self.pkg / "intel-rapl:0:0"
+        self.dram.mkdir(parents=True)
+        for folder, name in ((self.pkg, "package-0"), (self.dram, "dram")):
+            (folder / "name").write_text(name + "\n")
+            (folder / "max_energy_range_uj").write_text("262143328850\n")
+            (folder / "energy_uj").write_text("1000\n")
+        self.t0 = time.time()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.002):
+            dt = time.time() - self.t0
+            for folder, watts in ((self.pkg, 60.0), (self.dram, 6.0)):
+                # Replaced whole, as sysfs reads never see a half-written value.
+                tmp = folder / "energy_uj.new"
+                tmp.write_text(f"{1000 + round(watts * dt * 1e6)}\n")
+                os.replace(tmp, folder / "energy_uj")
+
+    def __enter__(self) -> LivePowercap:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def test_gpu_and_cpu_energy_per_region_side_by_side(tmp_path, monkeypatch, wall_gpu) -> None:
+    monkeypatch.setenv("EOPT_POWERCAP_ROOT", str(tmp_path / "powercap"))
+    monkeypatch.setattr(
+        measure_cli, "open_measure_gpus", lambda selection, backend: [wall_gpu(150.0)]
+    )
+    with LivePowercap(tmp_path / "powercap"):
+        result = CliRunner().invoke(
+            measure_cli.command,
+            [
+                "--backend",
+                "nvml,rapl",
+                "--trace-dir",
+                str(tmp_path / "t"),
+                "--json",
+                "--",
+                sys.executable,
+                "-c",
+                CHILD,
+            ],
+        )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    (compute,) = [r for r in data["regions"] if r["name"] == "compute"]
+    t = compute["time_s"]
+    assert t >= 0.3
+    # The counters are written every 2 ms and sampled every 20 ms: a few % at the edges.
+    assert compute["by_series"]["GPU 0"] == pytest.approx(150.0 * t, rel=1e-3)
+    assert compute["by_series"]["CPU_PKG 0"] == pytest.approx(60.0 * t, rel=0.1)
+    assert compute["by_series"]["CPU_DRAM 0"] == pytest.approx(6.0 * t, rel=0.1)
+    domains = {(s["domain"], s["device_id"]) for s in data["series"]}
+    assert domains == {("GPU", 0), ("CPU_PKG", 0), ("CPU_DRAM", 0)}
+    trace = read_trace(tmp_path / "t")
+    assert [s.label for s in trace.series] == ["GPU 0", "CPU_PKG 0", "CPU_DRAM 0"]
+    assert data["power_sources"][0]["source"] == "gpu" and len(data["power_sources"]) == 2
+
+
+def test_rapl_asked_for_but_absent_says_what_to_do(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("EOPT_POWERCAP_ROOT", str(tmp_path / "nowhere"))
+    result = CliRunner().invoke(measure_cli.command, ["--backend", "rapl", "--", "true"])
+    assert result.exit_code == 1
+    text = " ".join(result.output.split())
+    assert "no RAPL zones" in text and "--backend nvml" in text and "Traceback" not in text
+
+
+def test_gpus_selection_is_checked() -> None:
+    assert measure_cli.parse_gpus("all", 3) == [0, 1, 2]
+    assert measure_cli.parse_gpus("2,0", 3) == [2, 0]
+    for bad, message in (
+        ("0,0", "twice"),
+        ("-1", "does not exist"),
+        ("3", "does not exist"),
+        ("a", "indices like 0,1"),
+    ):
+        with pytest.raises(measure_cli.UserError, match=message):
+            measure_cli.parse_gpus(bad, 3)
