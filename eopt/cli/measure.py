@@ -19,9 +19,17 @@ __all__ = ["command", "open_measure_device", "print_report"]
 
 
 def open_measure_device(backend: str, index: int) -> Any:
-    """The GPU to watch (a seam the tests replace)."""
-    from eopt.devices import open_devices
+    """The GPU to watch (a seam the tests replace).
 
+    Without an NVIDIA GPU this is a simulated one, quietly: a real command cannot be
+    measured on it, and the caller says so (or records events only).
+    """
+    from eopt.devices import nvml, open_devices
+
+    if backend == "auto" and nvml.device_count() == 0:
+        from eopt.devices.sim import SimulatedGPU
+
+        return SimulatedGPU(index=index, control=False)
     return open_devices(backend, [index], control=False)[0]
 
 
@@ -290,7 +298,7 @@ def command(
                 "; without a GPU, --trace-dir DIR still records the regions and kernels (and "
                 "the CPU's energy where RAPL is readable)"
             )
-        raise UserError(f"{exc}{hint}") from None
+        raise UserError(f"{str(exc).rstrip('.')}{hint}") from None
     if trace_dir:
         from eopt.measure.trace_io import write_dashboard
 
@@ -409,7 +417,8 @@ def _record(
     if not sources:
         err_console.print(
             "[yellow]note:[/] no power sensor here (no NVIDIA GPU, no readable RAPL): "
-            f"recording events only into {escape(folder)}",
+            f"recording events only; attribute them later with power recorded elsewhere: "
+            f"`eopt attribute power.csv --events {escape(folder)}/events.csv`",
             highlight=False,
         )
     try:
@@ -417,6 +426,8 @@ def _record(
     except (SessionError, TraceError) as exc:
         raise UserError(str(exc)) from None
     for w in run.warnings:
+        if not sources and w.startswith("no power was recorded"):
+            continue  # the note above said it
         err_console.print(f"[yellow]warning:[/] {escape(w)}", highlight=False)
     err_console.print(f"trace written to [bold]{escape(str(run.trace_dir))}[/]", highlight=False)
     data: dict[str, Any] = {

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import collections
 import heapq
+import importlib.util
 import itertools
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -213,3 +217,16 @@ class WallFake:
 def wall_gpu() -> Callable[..., WallFake]:
     """Factory: ``wall_gpu(power_w=150.0)``, a constant-power GPU on the wall clock."""
     return WallFake
+
+
+@pytest.fixture(scope="session")
+def nvml_fake_module() -> Any:
+    """The stateful ``pynvml`` fake of the device tests (tests/devices/conftest.py): its
+    ``FakeGpu`` and ``FakePynvml``, to patch in as ``eopt.devices.nvml.pynvml``."""
+    path = Path(__file__).resolve().parents[1] / "devices" / "conftest.py"
+    spec = importlib.util.spec_from_file_location("devices_fake_nvml", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module

@@ -116,3 +116,80 @@ def test_gpus_selection_is_checked() -> None:
     ):
         with pytest.raises(measure_cli.UserError, match=message):
             measure_cli.parse_gpus(bad, 3)
+
+
+class WallCounter:
+    """An NVML energy counter (mJ) that grows at ``watts`` on the wall clock."""
+
+    def __init__(self, watts: float) -> None:
+        self.watts, self.t0 = watts, time.perf_counter()
+
+    def __iter__(self) -> WallCounter:
+        return self
+
+    def __next__(self) -> int:
+        return 1_000_000 + int(self.watts * (time.perf_counter() - self.t0) * 1e3)
+
+
+def test_every_gpu_behind_a_patched_nvml(tmp_path, monkeypatch, nvml_fake_module) -> None:
+    """Three fake NVML GPUs at 100, 200 and 300 W; --gpus 0,2 watches two of them, through
+    eopt's own NVML layer (no seam replaced), and never calls a setter."""
+    from unittest import mock
+
+    m = nvml_fake_module
+    gpus = [
+        m.FakeGpu(uuid=f"GPU-{i}-fake", energy=WallCounter(w), power_mw=int(w * 1000))
+        for i, w in enumerate((100.0, 200.0, 300.0))
+    ]
+    fake = m.FakePynvml(gpus)
+    monkeypatch.setenv("EOPT_POWERCAP_ROOT", str(tmp_path / "no-rapl"))
+    with mock.patch("eopt.devices.nvml.pynvml", fake):
+        result = CliRunner().invoke(
+            measure_cli.command,
+            [
+                "--gpus",
+                "0,2",
+                "--trace-dir",
+                str(tmp_path / "t"),
+                "--json",
+                "--",
+                sys.executable,
+                "-c",
+                CHILD,
+            ],
+        )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    (compute,) = [r for r in data["regions"] if r["name"] == "compute"]
+    t = compute["time_s"]
+    assert compute["by_series"]["GPU 0"] == pytest.approx(100.0 * t, rel=0.02)
+    assert compute["by_series"]["GPU 2"] == pytest.approx(300.0 * t, rel=0.02)
+    assert compute["inclusive_energy_j"] == pytest.approx(
+        compute["by_series"]["GPU 0"] + compute["by_series"]["GPU 2"]
+    )
+    assert {s["device_id"] for s in data["series"]} == {0, 2}
+    assert fake.setter_calls() == []
+
+
+def test_no_sensor_records_python_regions_and_says_so(tmp_path, monkeypatch) -> None:
+    """No NVIDIA GPU and no RAPL: one line says so, and the regions are still recorded."""
+    monkeypatch.setattr("eopt.devices.nvml.device_count", lambda raise_errors=False: 0)
+    monkeypatch.setenv("EOPT_POWERCAP_ROOT", str(tmp_path / "no-rapl"))
+    folder = tmp_path / "t"
+    result = CliRunner().invoke(
+        measure_cli.command, ["--trace-dir", str(folder), "--", sys.executable, "-c", CHILD]
+    )
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.output.splitlines() if "no power sensor" in line]
+    assert len(notes) == 1
+    events = read_trace_events(folder)
+    assert [e.name for e in events] == ["compute"]
+    assert events[0].end_ns - events[0].start_ns >= 300_000_000
+    without = CliRunner().invoke(measure_cli.command, ["--", "true"])
+    assert without.exit_code == 1 and "--trace-dir" in without.output
+
+
+def read_trace_events(folder):
+    from eopt.measure.trace_io import read_events
+
+    return read_events(folder / "events.csv")

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import sys
 import time
-from pathlib import Path
 from typing import Any
 from unittest import mock
 
@@ -40,17 +38,6 @@ def fresh_monitors(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(windows, "_named_monitors", {})
 
 
-def _load_nvml_fake() -> Any:
-    """The stateful ``pynvml`` fake of the device tests (logs every call, keeps state)."""
-    path = Path(__file__).resolve().parents[1] / "devices" / "conftest.py"
-    spec = importlib.util.spec_from_file_location("devices_fake_nvml_for_windows", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
 class Dial:
     """An energy counter (mJ) the test turns by hand: ``next()`` reads it."""
 
@@ -65,9 +52,9 @@ class Dial:
 
 
 @pytest.fixture
-def two_nvml_gpus() -> Any:
+def two_nvml_gpus(nvml_fake_module: Any) -> Any:
     """Two fake GPUs behind ``eopt.devices.nvml.pynvml``; their counters are Dials."""
-    module = _load_nvml_fake()
+    module = nvml_fake_module
     gpus = [
         module.FakeGpu(uuid="GPU-0-fake", energy=Dial(5_000_000)),
         module.FakeGpu(uuid="GPU-1-fake", energy=Dial(9_000_000), power_mw=95_000),
