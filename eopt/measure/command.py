@@ -29,7 +29,7 @@ from eopt.measure.regions import (
     read_region_windows,
     use_recorder,
 )
-from eopt.measure.traces import PowerSeries, Trace, nest_by_time
+from eopt.measure.traces import PowerSeries, Trace, region_events
 
 __all__ = [
     "CommandMeasurement",
@@ -90,16 +90,7 @@ class CommandMeasurement:
         # The span's edge and a refresh can share an instant: keep the later reading.
         keep = np.append(np.diff(times) > 0, True) if times.size else np.array([], dtype=bool)
         series = (PowerSeries("GPU", self.gpu, times[keep], powers[keep]),)
-        items = [
-            (
-                e.name,
-                "USER_REGION",
-                origin + round(e.start_s * 1e9),
-                origin + round(e.end_s * 1e9),
-                "",
-            )
-            for e in rep.events
-        ]
+        events = region_events(((e.name, e.start_s, e.end_s) for e in rep.events), origin)
         meta = {
             "command": list(self.command),
             "returncode": self.returncode,
@@ -108,7 +99,7 @@ class CommandMeasurement:
             "meter": dict(rep.meter),
             "recorded_by": "eopt measure",
         }
-        return Trace(tuple(nest_by_time(items)), series, meta, " ".join(self.command))
+        return Trace(tuple(events), series, meta, " ".join(self.command))
 
 
 def require_wall_clock(device: Device, what: str) -> None:

@@ -33,7 +33,7 @@ from eopt.devices.base import Device, WallClock
 from eopt.measure.meter import Meter, MeterMethod
 from eopt.measure.regions import REGIONS_FILE_ENV, read_region_windows
 from eopt.measure.trace_io import read_events, read_traces, write_dashboard
-from eopt.measure.traces import Event, PowerSeries, Trace, TraceError, nest_by_time
+from eopt.measure.traces import Event, PowerSeries, Trace, TraceError, region_events
 
 __all__ = [
     "GpuPowerSource",
@@ -146,31 +146,6 @@ class RecordedCommand:
     warnings: tuple[str, ...] = field(default=())
 
 
-def _python_regions(path: Path, offset_ns: int, first_id: int) -> list[Event]:
-    """Regions a Python program reported (perf_counter seconds) as events on the epoch."""
-    items = [
-        (
-            w.name,
-            "USER_REGION",
-            offset_ns + round(w.start_s * 1e9),
-            offset_ns + round(w.end_s * 1e9),
-            "",
-        )
-        for w in read_region_windows(path)
-    ]
-    return [
-        Event(
-            e.id + first_id,
-            e.parent_id + first_id if e.parent_id else 0,
-            e.name,
-            e.category,
-            e.start_ns,
-            e.end_ns,
-        )
-        for e in nest_by_time(items)
-    ]
-
-
 def _prepare(folder: Path, force: bool) -> None:
     if folder.exists() and not folder.is_dir():
         raise SessionError(f"{folder}: exists and is not a folder; name a folder for the trace")
@@ -239,7 +214,8 @@ def record_command(
             end_ns = time.time_ns()
         finally:
             series = [s for source in started for s in source.stop()]
-        python_events = _python_regions(regions_file, offset, 0)
+        windows = read_region_windows(regions_file)
+        python_spans = [(w.name, w.start_s, w.end_s) for w in windows]
     descriptions = tuple(source.describe() for source in started)
     warnings: list[str] = []
     meta: dict[str, Any] = {
@@ -271,19 +247,9 @@ def record_command(
                 "the Kokkos connector saw "
                 + ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in bad.items())
             )
-    offset_ids = max((e.id for e in connector_events), default=0)
-    python_shifted = [
-        Event(
-            e.id + offset_ids,
-            e.parent_id + offset_ids if e.parent_id else 0,
-            e.name,
-            e.category,
-            e.start_ns,
-            e.end_ns,
-        )
-        for e in python_events
-    ]
-    events = tuple(connector_events) + tuple(python_shifted)
+    first_id = max((e.id for e in connector_events), default=0)
+    python_events = region_events(python_spans, offset, first_id)
+    events = tuple(connector_events) + tuple(python_events)
     if kokkos_library is not None and not events and not rank_dirs:
         warnings.append(
             "the Kokkos connector recorded no events: is the program built with Kokkos, and "

@@ -174,6 +174,27 @@ def _float(value: str, where: str, column: str) -> float:
     return number
 
 
+def _append_sample(
+    series: tuple[list[int], list[float], list[int]],
+    t: int,
+    p: float,
+    lineno: int,
+    where: str,
+    what: str,
+) -> None:
+    """Add one sample to (times, powers, lines); refuse one that is not after the last."""
+    times, powers, lines = series
+    if times and t <= times[-1]:
+        order = "duplicates" if t == times[-1] else "is earlier than"
+        raise TraceError(
+            f"{where}: {what} {order} the one on line {lines[-1]}; samples of a series must be "
+            "sorted by time without duplicates"
+        )
+    times.append(t)
+    powers.append(p)
+    lines.append(lineno)
+
+
 # Dashboard layout -------------------------------------------------------------------------
 def read_events(path: Path) -> list[Event]:
     """The events of an ``events.csv`` (dashboard layout); extra columns are ignored."""
@@ -220,16 +241,14 @@ def _read_power_samples(path: Path) -> list[PowerSeries]:
                 f"{where}: power_watts is {row['power_watts']!r}; power must be a finite "
                 "number of watts"
             )
-        times, powers, lines = data.setdefault(key, ([], [], []))
-        if times and t <= times[-1]:
-            what = "duplicates" if t == times[-1] else "is earlier than"
-            raise TraceError(
-                f"{where}: timestamp {t} of {key[0]} {key[1]} {what} the one on line "
-                f"{lines[-1]}; samples of a series must be sorted by time without duplicates"
-            )
-        times.append(t)
-        powers.append(p)
-        lines.append(lineno)
+        _append_sample(
+            data.setdefault(key, ([], [], [])),
+            t,
+            p,
+            lineno,
+            where,
+            f"timestamp {t} of {key[0]} {key[1]}",
+        )
     # GPUs first, then the node's domains, each by device: the same order on every read.
     order = sorted(data, key=lambda k: (DOMAINS.index(k[0]) if k[0] in DOMAINS else 9, k))
     return [
@@ -288,18 +307,13 @@ def _raw_runs(folder: Path) -> list[str]:
 
 def _read_raw_run(folder: Path, run: str) -> Trace:
     power = folder / f"{run}{RAW_SUFFIXES[0]}"
-    times, powers = [], []
+    samples: tuple[list[int], list[float], list[int]] = ([], [], [])
     for lineno, row in _rows(power, ("time_epoch_ns", "power_w")):
         where = f"{power}:{lineno}"
         t = _int(row["time_epoch_ns"], where, "time_epoch_ns")
-        if times and t <= times[-1]:
-            what = "duplicates" if t == times[-1] else "is earlier than"
-            raise TraceError(
-                f"{where}: timestamp {t} {what} the one before it; samples must be sorted "
-                "by time without duplicates"
-            )
-        times.append(t)
-        powers.append(_float(row["power_w"], where, "power_w"))
+        p = _float(row["power_w"], where, "power_w")
+        _append_sample(samples, t, p, lineno, where, f"timestamp {t}")
+    times, powers, _ = samples
     items: list[tuple[str, str, int, int, str]] = []
     for suffix in RAW_SUFFIXES[1:]:
         path = folder / f"{run}{suffix}"
@@ -458,16 +472,7 @@ def _read_power_csv(path: Path, opts: PowerCsvOptions) -> Trace:
             t = round(_float(row[ti], where, time_col) * _TIME_UNITS[time_unit])
         p = _power_value(row[pi], power_unit, where)
         dev = _int(row[di].strip(), where, device_col or "") if di is not None else opts.device_id
-        times, powers, lines = data.setdefault(dev, ([], [], []))
-        if times and t <= times[-1]:
-            what = "duplicates" if t == times[-1] else "is earlier than"
-            raise TraceError(
-                f"{where}: time {row[ti]!r} {what} the one on line {lines[-1]}; samples must be "
-                "sorted by time without duplicates"
-            )
-        times.append(t)
-        powers.append(p)
-        lines.append(lineno)
+        _append_sample(data.setdefault(dev, ([], [], [])), t, p, lineno, where, f"time {row[ti]!r}")
     series = tuple(
         PowerSeries(
             opts.domain.upper(),

@@ -16,7 +16,7 @@ them.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +30,7 @@ __all__ = [
     "Trace",
     "TraceError",
     "nest_by_time",
+    "region_events",
 ]
 
 #: Event categories of the dashboard trace (version 1).
@@ -259,3 +260,30 @@ def nest_by_time(
         events.append(event)
         stack.append(event)
     return events
+
+
+def region_events(
+    spans: Iterable[tuple[str, float, float]], origin_ns: int, first_id: int = 0
+) -> list[Event]:
+    """User regions timed in seconds from ``origin_ns`` as events, nested by time.
+
+    Args:
+        spans: (name, start s, end s) per region call.
+        origin_ns: What 0 s is, in ns (an epoch offset, or a span's start).
+        first_id: Added to every id (to append them to events that already exist).
+    """
+    items = [
+        (name, "USER_REGION", origin_ns + round(a * 1e9), origin_ns + round(b * 1e9), "")
+        for name, a, b in spans
+    ]
+    return [
+        Event(
+            e.id + first_id,
+            e.parent_id + first_id if e.parent_id else 0,
+            e.name,
+            e.category,
+            e.start_ns,
+            e.end_ns,
+        )
+        for e in nest_by_time(items)
+    ]

@@ -27,6 +27,16 @@ CHILD = textwrap.dedent(
 )
 
 
+def measure_child(tmp_path, *options: str) -> tuple[dict, dict]:
+    """Run CHILD under `eopt measure OPTIONS --trace-dir t --json`: (JSON, its compute)."""
+    args = [*options, "--trace-dir", str(tmp_path / "t"), "--json", "--"]
+    result = CliRunner().invoke(measure_cli.command, [*args, sys.executable, "-c", CHILD])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    (compute,) = [r for r in data["regions"] if r["name"] == "compute"]
+    return data, compute
+
+
 class LivePowercap:
     """One package (60 W) with a dram zone (6 W), counters driven by the wall clock."""
 
@@ -67,23 +77,7 @@ def test_gpu_and_cpu_energy_per_region_side_by_side(tmp_path, monkeypatch, wall_
         measure_cli, "open_measure_gpus", lambda selection, backend: [wall_gpu(150.0)]
     )
     with LivePowercap(tmp_path / "powercap"):
-        result = CliRunner().invoke(
-            measure_cli.command,
-            [
-                "--backend",
-                "nvml,rapl",
-                "--trace-dir",
-                str(tmp_path / "t"),
-                "--json",
-                "--",
-                sys.executable,
-                "-c",
-                CHILD,
-            ],
-        )
-    assert result.exit_code == 0, result.output
-    data = json.loads(result.stdout)
-    (compute,) = [r for r in data["regions"] if r["name"] == "compute"]
+        data, compute = measure_child(tmp_path, "--backend", "nvml,rapl")
     t = compute["time_s"]
     assert t >= 0.3
     # The counters are written every 2 ms and sampled every 20 ms: a few % at the edges.
@@ -144,23 +138,7 @@ def test_every_gpu_behind_a_patched_nvml(tmp_path, monkeypatch, nvml_fake_module
     fake = m.FakePynvml(gpus)
     monkeypatch.setenv("EOPT_POWERCAP_ROOT", str(tmp_path / "no-rapl"))
     with mock.patch("eopt.devices.nvml.pynvml", fake):
-        result = CliRunner().invoke(
-            measure_cli.command,
-            [
-                "--gpus",
-                "0,2",
-                "--trace-dir",
-                str(tmp_path / "t"),
-                "--json",
-                "--",
-                sys.executable,
-                "-c",
-                CHILD,
-            ],
-        )
-    assert result.exit_code == 0, result.output
-    data = json.loads(result.stdout)
-    (compute,) = [r for r in data["regions"] if r["name"] == "compute"]
+        data, compute = measure_child(tmp_path, "--gpus", "0,2")
     t = compute["time_s"]
     assert compute["by_series"]["GPU 0"] == pytest.approx(100.0 * t, rel=0.02)
     assert compute["by_series"]["GPU 2"] == pytest.approx(300.0 * t, rel=0.02)
