@@ -275,9 +275,19 @@ def command(
     if repeat is None and (shift_ms or cooldown_s):
         raise UserError("--shift and --cooldown apply to repeated runs; add --repeat N")
     if repeat is not None:
-        if kokkos or gpus or "rapl" in backend or backend == "none":
-            raise UserError("--repeat records one GPU with Python regions; drop --kokkos/--gpus")
-        _repeat(list(cmd), backend, gpu_index, method, repeat, shift_ms, cooldown_s, output, force)
+        session = kokkos or gpus is not None or "rapl" in backend or backend == "none"
+        _repeat(
+            list(cmd),
+            backend,
+            gpu_index,
+            method,
+            repeat,
+            shift_ms,
+            cooldown_s,
+            output,
+            force,
+            session=(gpus, kokkos) if session else None,
+        )
         return
     if kokkos or gpus is not None or "rapl" in backend or backend == "none":
         _record(list(cmd), backend, gpus, kokkos, method, trace_dir, as_json, output, force)
@@ -326,15 +336,27 @@ def _repeat(
     cooldown_s: float,
     output: str | None,
     force: bool,
+    session: tuple[str | None, bool] | None = None,
 ) -> None:
-    """``--repeat N``: record N runs into the run-set folder ``output``."""
+    """``--repeat N``: record N runs into the run-set folder ``output``.
+
+    ``session`` (the --gpus selection and --kokkos) records each run with every power source
+    and the Kokkos connector; without it, one GPU and the Python regions.
+    """
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from eopt.measure.runset import RecordedRun, RunSetError, record_runs
+    from eopt.measure.meter import sensor_period_s
+    from eopt.measure.runset import RecordedRun, RunSetError, gpu_recorder, record_runs
+    from eopt.measure.session import SessionError
 
     if not output:
         raise UserError("--repeat needs -o RUNSET, the folder that receives one trace per run")
-    device = open_measure_device(backend, gpu_index)
+    if session is None:
+        device = open_measure_device(backend, gpu_index)
+        record = gpu_recorder(cmd, device, method=method)  # type: ignore[arg-type]
+        period = sensor_period_s(device)
+    else:
+        record, period = _session_recorder(cmd, backend, session[0], session[1], method)
     failed: list[int] = []
     with Progress(
         TextColumn("runs"),
@@ -347,30 +369,31 @@ def _repeat(
         task = progress.add_task("runs", total=n)
 
         def on_run(run: RecordedRun) -> None:
-            if run.measurement.returncode != 0:
+            if run.outcome.returncode != 0:
                 failed.append(run.index)
             progress.advance(task)
 
         try:
             runs = record_runs(
-                cmd,
-                device,
+                record,
                 output,
                 n,
+                command=cmd,
+                period_s=period,
                 shift_ms=shift_ms,
                 cooldown_s=cooldown_s,
-                method=method,  # type: ignore[arg-type]
                 force=force,
                 on_run=on_run,
             )
-        except (MeasureError, RunSetError) as exc:
+        except (MeasureError, RunSetError, SessionError) as exc:
             raise UserError(str(exc)) from None
-    energies = sorted(r.measurement.report.total_energy_j for r in runs)
-    times = sorted(r.measurement.report.total_time_s for r in runs)
+    times = sorted(r.outcome.time_s for r in runs)
+    energies = sorted(r.outcome.energy_j for r in runs if r.outcome.energy_j is not None)
     mid = len(runs) // 2
+    energy = f", {energies[len(energies) // 2]:.4g} J" if energies else ""
     console.print(
-        f"{len(runs)} runs written to [bold]{escape(output)}[/]: median {times[mid]:.4g} s, "
-        f"{energies[mid]:.4g} J per run. Compare with `eopt compare {escape(output)} OTHER`.",
+        f"{len(runs)} runs written to [bold]{escape(output)}[/]: median {times[mid]:.4g} s"
+        f"{energy} per run. Compare with `eopt compare {escape(output)} OTHER`.",
         highlight=False,
     )
     if failed:
@@ -379,6 +402,45 @@ def _repeat(
             "status (kept in the run set; index.json records each status)"
         )
         sys.exit(1)
+
+
+def _sources(backend: str, devices: list[Any], method: str) -> list[Any]:
+    """Fresh power sources (a sampler runs once): the GPUs' meters, then RAPL."""
+    from eopt.measure.session import GpuPowerSource
+
+    sources: list[Any] = [GpuPowerSource(d, method=method) for d in devices]  # type: ignore[arg-type]
+    rapl_source = open_rapl_source(backend)
+    if rapl_source is not None:
+        sources.append(rapl_source)
+    return sources
+
+
+def _kokkos_library(kokkos: bool) -> Any:
+    if not kokkos:
+        return None
+    from eopt.measure.kokkos import KokkosBuildError, build_connector
+
+    try:
+        return build_connector()
+    except KokkosBuildError as exc:
+        raise UserError(str(exc)) from None
+
+
+def _session_recorder(
+    cmd: list[str], backend: str, gpus: str | None, kokkos: bool, method: str
+) -> tuple[Any, float]:
+    """A recorder of full sessions, and the sensor period the shifts wrap at."""
+    from eopt.measure.meter import DEFAULT_SENSOR_PERIOD_S, sensor_period_s
+    from eopt.measure.session import session_recorder
+
+    devices = open_measure_gpus(gpus, backend)
+    library = _kokkos_library(kokkos)
+    period = sensor_period_s(devices[0]) if devices else DEFAULT_SENSOR_PERIOD_S
+
+    def sources() -> list[Any]:
+        return _sources(backend, devices, method)
+
+    return session_recorder(cmd, sources, kokkos_library=library), period
 
 
 def _record(
@@ -394,26 +456,13 @@ def _record(
 ) -> None:
     """Record the command as a trace folder with every power source, then attribute it."""
     from eopt.measure.attribution import attribute, sum_attributions
-    from eopt.measure.session import GpuPowerSource, SessionError, record_command
+    from eopt.measure.session import SessionError, record_command
     from eopt.measure.traces import TraceError
     from eopt.report.attribution_table import render_attribution
 
     folder = trace_dir or "eopt-trace"
-    sources: list[Any] = [
-        GpuPowerSource(d, method=method)  # type: ignore[arg-type]
-        for d in open_measure_gpus(gpus, backend)
-    ]
-    rapl_source = open_rapl_source(backend)
-    if rapl_source is not None:
-        sources.append(rapl_source)
-    library = None
-    if kokkos:
-        from eopt.measure.kokkos import KokkosBuildError, build_connector
-
-        try:
-            library = build_connector()
-        except KokkosBuildError as exc:
-            raise UserError(str(exc)) from None
+    sources = _sources(backend, open_measure_gpus(gpus, backend), method)
+    library = _kokkos_library(kokkos)
     if not sources:
         err_console.print(
             "[yellow]note:[/] no power sensor here (no NVIDIA GPU, no readable RAPL): "

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -28,11 +29,20 @@ from pathlib import Path
 from typing import Any
 
 from eopt.devices.base import Device
-from eopt.measure.command import CommandMeasurement, measure_command
-from eopt.measure.meter import MeterMethod, sensor_period_s
+from eopt.measure.command import measure_command
+from eopt.measure.meter import MeterMethod
 from eopt.measure.trace_io import atomic_write_text, write_dashboard
 
-__all__ = ["RUNSET_SCHEMA", "RunSetError", "phase_delay_s", "record_runs"]
+__all__ = [
+    "RUNSET_SCHEMA",
+    "RecordedRun",
+    "RunOutcome",
+    "RunRecorder",
+    "RunSetError",
+    "gpu_recorder",
+    "phase_delay_s",
+    "record_runs",
+]
 
 RUNSET_SCHEMA = "eopt.runset/1"
 #: Most runs one run set may hold (a typo such as --repeat 100000 should not start).
@@ -53,20 +63,57 @@ def phase_delay_s(k: int, shift_ms: float, period_s: float) -> float:
 
 
 @dataclass(frozen=True)
+class RunOutcome:
+    """What recording one run produced (its trace folder is already written).
+
+    Attributes:
+        returncode: The command's exit status.
+        start_unix_ns: When it started, ns since the UNIX epoch.
+        time_s: Its length, in s.
+        energy_j: Its total energy over every power series, in J (None without power).
+    """
+
+    returncode: int
+    start_unix_ns: int
+    time_s: float
+    energy_j: float | None
+
+
+#: Records one run of the command into the given (new, empty) trace folder.
+RunRecorder = Callable[[Path], RunOutcome]
+
+
+@dataclass(frozen=True)
 class RecordedRun:
     """One run of a run set.
 
     Attributes:
         index: 1-based position in the set.
         trace: Its trace folder's name inside the set.
-        measurement: What was measured.
+        outcome: What was recorded.
         delay_s: The phase delay before it started, in s.
     """
 
     index: int
     trace: str
-    measurement: CommandMeasurement
+    outcome: RunOutcome
     delay_s: float
+
+
+def gpu_recorder(
+    command: Sequence[str], device: Device, method: MeterMethod = "auto"
+) -> RunRecorder:
+    """Runs recorded with one GPU's meter and the Python regions (``eopt measure``)."""
+
+    def record(folder: Path) -> RunOutcome:
+        result = measure_command(command, device, method=method)
+        write_dashboard(result.to_trace(), folder)
+        rep = result.report
+        return RunOutcome(
+            result.returncode, result.start_unix_ns, rep.total_time_s, rep.total_energy_j
+        )
+
+    return record
 
 
 def _check(n: int, shift_ms: float, cooldown_s: float) -> None:
@@ -79,29 +126,33 @@ def _check(n: int, shift_ms: float, cooldown_s: float) -> None:
 
 
 def record_runs(
-    command: Sequence[str],
-    device: Device,
+    record: RunRecorder,
     folder: str | os.PathLike[str],
     n: int,
     *,
+    command: Sequence[str],
+    period_s: float,
     shift_ms: float = 0.0,
     cooldown_s: float = 0.0,
-    method: MeterMethod = "auto",
     force: bool = False,
     on_run: Callable[[RecordedRun], None] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> list[RecordedRun]:
-    """Run ``command`` ``n`` times and record each run as a trace in ``folder``.
+    """Record ``n`` runs, each as a trace in ``folder`` (a run set).
 
     Args:
-        command: Program and arguments.
-        device: The GPU to watch (wall clock; see :func:`measure_command`).
+        record: Records one run into a trace folder (:func:`gpu_recorder`, or
+            :func:`eopt.measure.session.session_recorder` for the Kokkos connector, several
+            GPUs and RAPL).
         folder: The run set's folder (created; must be empty unless ``force``).
         n: Number of runs.
+        command: The command (for the index).
+        period_s: The power sensor's update period, in s (what ``shift_ms`` wraps at).
         shift_ms: Phase shift per run, in ms (see the module docstring).
         cooldown_s: Idle time after each run, in s, so runs start from a similar state.
-        method: Meter method.
         force: Write into a folder that already holds a run set (its index is replaced).
         on_run: Called after each run (progress).
+        sleep: How to wait (the wall clock's by default).
 
     Returns:
         The runs, in order. ``index.json`` is rewritten after every run, so an
@@ -117,25 +168,22 @@ def record_runs(
     if out.is_dir() and any(out.iterdir()) and not force:
         raise RunSetError(f"{out}: not empty; choose a new folder or pass --force to overwrite")
     out.mkdir(parents=True, exist_ok=True)
-    period = sensor_period_s(device)
     runs: list[RecordedRun] = []
     for k in range(n):
-        delay = phase_delay_s(k, shift_ms, period)
-        device.clock.sleep(delay)
-        result = measure_command(command, device, method=method)
+        delay = phase_delay_s(k, shift_ms, period_s)
+        sleep(delay)
         name = f"run_{k + 1:03d}"
-        write_dashboard(
-            result.to_trace(),
-            out / name,
-            {"run": k + 1, "delay_s": delay, "start_unix_ns": result.start_unix_ns},
-        )
-        run = RecordedRun(k + 1, name, result, delay)
+        trace_dir = out / name
+        if trace_dir.exists():  # --force over an older set: this run's folder starts empty
+            shutil.rmtree(trace_dir)
+        trace_dir.mkdir()
+        run = RecordedRun(k + 1, name, record(trace_dir), delay)
         runs.append(run)
-        _write_index(out, command, runs, n, shift_ms, cooldown_s, period)
+        _write_index(out, command, runs, n, shift_ms, cooldown_s, period_s)
         if on_run is not None:
             on_run(run)
         if cooldown_s > 0 and k < n - 1:
-            device.clock.sleep(cooldown_s)
+            sleep(cooldown_s)
     return runs
 
 
@@ -160,11 +208,11 @@ def _write_index(
             {
                 "index": r.index,
                 "trace": r.trace,
-                "start_unix_ns": r.measurement.start_unix_ns,
+                "start_unix_ns": r.outcome.start_unix_ns,
                 "delay_s": r.delay_s,
-                "returncode": r.measurement.returncode,
-                "energy_j": r.measurement.report.total_energy_j,
-                "time_s": r.measurement.report.total_time_s,
+                "returncode": r.outcome.returncode,
+                "energy_j": r.outcome.energy_j,
+                "time_s": r.outcome.time_s,
             }
             for r in runs
         ],

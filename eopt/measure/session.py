@@ -22,7 +22,7 @@ import re
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -41,6 +41,7 @@ __all__ = [
     "RecordedCommand",
     "SessionError",
     "record_command",
+    "session_recorder",
 ]
 
 _RANK_DIR = re.compile(r"^rank_(\d+)$")
@@ -287,3 +288,34 @@ def _connector_events(folder: Path) -> list[Event]:
         return read_events(folder / "events.csv")
     except TraceError as exc:
         raise TraceError(f"the Kokkos connector's output is unreadable: {exc}") from None
+
+
+def session_recorder(
+    command: Sequence[str],
+    sources: Callable[[], Sequence[PowerSource]],
+    *,
+    kokkos_library: str | os.PathLike[str] | None = None,
+) -> Callable[[Path], Any]:
+    """Runs recorded by :func:`record_command` (for :func:`eopt.measure.runset.record_runs`).
+
+    Args:
+        command: Program and arguments.
+        sources: Makes fresh power sources for each run (a sampler runs once).
+        kokkos_library: The Kokkos connector to attach, if any.
+    """
+    from eopt.measure.attribution import attribute
+    from eopt.measure.runset import RunOutcome
+
+    def record(folder: Path) -> RunOutcome:
+        run = record_command(command, sources(), folder, kokkos_library=kokkos_library)
+        energy = None
+        if any(t.series for t in run.traces):
+            energy = sum(attribute(t).total_energy_j for t in run.traces)
+        return RunOutcome(
+            run.returncode,
+            run.start_unix_ns,
+            (run.end_unix_ns - run.start_unix_ns) * 1e-9,
+            energy,
+        )
+
+    return record

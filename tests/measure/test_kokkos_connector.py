@@ -287,3 +287,49 @@ def test_build_is_cached_and_says_what_to_install_without_a_compiler(
         find_compiler()
     result = CliRunner().invoke(kokkos_cli.command, ["build"])
     assert result.exit_code == 1 and "apt-get install gcc" in result.output
+
+
+def test_repeated_kokkos_runs_of_two_variants_compare(
+    kokkos_app, tmp_path, monkeypatch, wall_gpu
+) -> None:
+    """`--repeat --kokkos` records a run set per variant; `eopt compare` reads them: the
+    variant with 3× the solver iterations spends more time and energy in `solve`."""
+    from eopt.cli import compare as compare_cli
+
+    monkeypatch.setattr(
+        measure_cli, "open_measure_gpus", lambda selection, backend: [wall_gpu(200.0)]
+    )
+    monkeypatch.setattr(measure_cli, "open_rapl_source", lambda backend: None)
+    for name, iterations in (("short", "2"), ("long", "6")):
+        result = CliRunner().invoke(
+            measure_cli.command,
+            [
+                "--kokkos",
+                "--repeat",
+                "3",
+                "--shift",
+                "5",
+                "-o",
+                str(tmp_path / name),
+                "--",
+                str(kokkos_app),
+                iterations,
+            ],
+        )
+        assert result.exit_code == 0, result.output
+        index = json.loads((tmp_path / name / "index.json").read_text())
+        assert [r["trace"] for r in index["runs"]] == ["run_001", "run_002", "run_003"]
+        assert [r["delay_s"] for r in index["runs"]] == pytest.approx([0.0, 0.005, 0.01])
+        trace = read_trace(tmp_path / name / "run_002")
+        assert sum(e.name == "iteration" for e in trace.events) == int(iterations)
+    result = CliRunner().invoke(
+        compare_cli.command,
+        [str(tmp_path / "long"), str(tmp_path / "short"), "--region", "solve", "--json"],
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["a"]["n"] == data["b"]["n"] == 3
+    # Fewer iterations: less time and energy, the same power (a constant 200 W GPU).
+    assert data["reduction"]["time"]["value"] > 0.3
+    assert data["reduction"]["energy"]["value"] > 0.3
+    assert data["a"]["median"]["power_w"] == pytest.approx(200.0, rel=1e-3)
