@@ -373,46 +373,65 @@ def attribute(trace: Trace, *, domain: str | None = None) -> Attribution:
 
     if n_ev:
         bounds = np.unique(np.concatenate([start, end]))
-        cum = np.stack([g.at(bounds) for g in integrals])  # (series, bounds)
+        energy = np.diff(np.stack([g.at(bounds) for g in integrals]), axis=1)  # (series, j)
         covered_lo = max(g.first for g in integrals)
         covered_hi = min(g.last for g in integrals)
+        unknown = (bounds[:-1] < covered_lo) | (bounds[1:] > covered_hi)
+        first = np.searchsorted(bounds, start).tolist()
+        last = np.searchsorted(bounds, end).tolist()
         opens: dict[int, list[int]] = {}
         closes: dict[int, list[int]] = {}
         for k in range(n_ev):
-            a = int(np.searchsorted(bounds, start[k]))
-            b = int(np.searchsorted(bounds, end[k]))
-            if b > a:  # zero-length events hold no energy
-                opens.setdefault(a, []).append(k)
-                closes.setdefault(b, []).append(k)
+            if last[k] > first[k]:  # zero-length events hold no energy
+                opens.setdefault(first[k], []).append(k)
+                closes.setdefault(last[k], []).append(k)
+        parents = parent.tolist()
+        # The sweep only lists who gets what share of which interval; the energies are
+        # scattered in one vectorized step afterwards.
+        leaf_j: list[int] = []
+        leaf_k: list[int] = []
+        leaf_w: list[float] = []
+        incl_j: list[int] = []
+        incl_k: list[int] = []
+        incl_w: list[float] = []
+        busy: list[int] = []
         active: set[int] = set()
-        active_children = np.zeros(n_ev, dtype=np.int64)
+        active_children = [0] * n_ev
         for j in range(bounds.size - 1):
             for k in closes.get(j, ()):
                 active.discard(k)
-                if parent[k] >= 0:
-                    active_children[parent[k]] -= 1
+                if parents[k] >= 0:
+                    active_children[parents[k]] -= 1
             for k in opens.get(j, ()):
                 active.add(k)
-                if parent[k] >= 0:
-                    active_children[parent[k]] += 1
+                if parents[k] >= 0:
+                    active_children[parents[k]] += 1
             if not active:
                 continue
-            energy = cum[:, j + 1] - cum[:, j]
-            unknown = bounds[j] < covered_lo or bounds[j + 1] > covered_hi
-            inside += energy
+            busy.append(j)
             leaves = [k for k in active if active_children[k] == 0]
-            share = energy / len(leaves)
+            w = 1.0 / len(leaves)
             for leaf in leaves:
-                excl[leaf] += share
-                if unknown:
-                    excl_unknown[leaf] = True
+                leaf_j.append(j)
+                leaf_k.append(leaf)
+                leaf_w.append(w)
                 k = leaf
                 while k >= 0:
-                    incl[k] += share
-                    k = int(parent[k])
-            if unknown:
-                for k in active:
-                    incl_unknown[k] = True
+                    incl_j.append(j)
+                    incl_k.append(k)
+                    incl_w.append(w)
+                    k = parents[k]
+        if busy:
+            inside = energy[:, busy].sum(axis=1)
+        for rows, cols, weights, out, flags in (
+            (leaf_k, leaf_j, leaf_w, excl, excl_unknown),
+            (incl_k, incl_j, incl_w, incl, incl_unknown),
+        ):
+            if not rows:
+                continue
+            ks, js = np.asarray(rows), np.asarray(cols)
+            np.add.at(out, ks, (energy[:, js] * np.asarray(weights)).T)
+            flags[ks[unknown[js]]] = True
 
     per_series = []
     gaps_by_series: list[list[tuple[float, float]]] = []
@@ -436,31 +455,32 @@ def attribute(trace: Trace, *, domain: str | None = None) -> Attribution:
     total = float(sum(se.energy_j for se in per_series))
     outside = float(total - inside.sum())
 
-    calls = []
     flags_of: list[list[str]] = [[] for _ in range(n_ev)]
-    short = np.zeros(n_ev, dtype=bool)
-    for k in range(n_ev):
-        for label, gaps, se in zip(labels, gaps_by_series, per_series, strict=True):
-            for ga, gb in gaps:
-                if start[k] < gb and end[k] > ga:
-                    flags_of[k].append(
-                        f"a {label} sampling gap of {(gb - ga) * 1e3:.0f} ms "
-                        f"(period {se.period_s * 1e3:.0f} ms) falls in a call"
-                    )
-            if end[k] - start[k] < 2 * se.period_s:
-                short[k] = True
-        if incl_unknown[k]:
-            flags_of[k].append("a call reaches outside the power trace: its energy is unknown")
-        calls.append(
-            CallEnergy(
-                event=events[k],
-                depth=depth_of[events[k].id],
-                start_s=float(start[k]),
-                end_s=float(end[k]),
-                inclusive_energy_j=None if incl_unknown[k] else float(incl[k].sum()),
-                exclusive_energy_j=None if excl_unknown[k] else float(excl[k].sum()),
+    periods = [se.period_s for se in per_series if math.isfinite(se.period_s)]
+    short = (end - start) < 2 * max(periods) if periods else np.zeros(n_ev, dtype=bool)
+    for label, gaps, se in zip(labels, gaps_by_series, per_series, strict=True):
+        for ga, gb in gaps:
+            note = (
+                f"a {label} sampling gap of {(gb - ga) * 1e3:.0f} ms "
+                f"(period {se.period_s * 1e3:.0f} ms) falls in a call"
             )
+            for k in np.flatnonzero((start < gb) & (end > ga)).tolist():
+                flags_of[k].append(note)
+    for k in np.flatnonzero(incl_unknown).tolist():
+        flags_of[k].append("a call reaches outside the power trace: its energy is unknown")
+    incl_total, excl_total = incl.sum(axis=1).tolist(), excl.sum(axis=1).tolist()
+    starts, ends = start.tolist(), end.tolist()
+    calls = [
+        CallEnergy(
+            event=events[k],
+            depth=depth_of[events[k].id],
+            start_s=starts[k],
+            end_s=ends[k],
+            inclusive_energy_j=None if incl_unknown[k] else incl_total[k],
+            exclusive_energy_j=None if excl_unknown[k] else excl_total[k],
         )
+        for k in range(n_ev)
+    ]
     calls.sort(key=lambda c: (c.start_s, c.depth))
 
     regions = _by_name(
