@@ -17,8 +17,18 @@ library and removed from it, with a warning saying where.
 Three kinds of kernel (:func:`parse_kernel`):
 
 * ``sim:<kernel>`` — a kernel of the simulated GPU's catalog (virtual time, any machine);
-* ``module:function`` — a Python callable run on the wall clock on a real GPU;
-* shell commands, one per implementation (the whole process is the measured region).
+* ``module:function`` or ``path/to/file.py:function`` — a Python callable run on the wall
+  clock on a real GPU, imported so that no file in the working directory can stand in for
+  an installed module (:mod:`eopt.user_code`);
+* commands, one per implementation (the whole process is the measured region): a shell
+  command line, or an argument list run without a shell.
+
+Grids are bounded before anything is allocated: a grid holds at most
+:data:`MAX_GRID_CELLS` cells, and so does every ``START:STOP:STEP`` range. Without
+``clocks``, :meth:`Grid.build` leaves the clock alone; ``clocks="coarse"`` takes
+:func:`coarse_clocks` of the device's supported clocks (what ``eopt sweep`` does by
+default), ``"all"`` every one. Values the device does not support are listed all at
+once, or snapped to the nearest supported ones with ``snap=True``.
 
 Real work (callables, commands) can only be measured on a real GPU: the simulated GPU's
 sensors cannot see it, and :func:`sweep` refuses rather than report made-up numbers.
@@ -28,15 +38,19 @@ Example:
     >>> gpu = SimulatedGPU()
     >>> kernel = parse_kernel("sim:gemm", params={"m": 4096, "n": 4096, "k": 4096})
     >>> grid = Grid.build(kernel, gpu, clocks="1410,1200")
+    >>> len(Grid.build(kernel, gpu, clocks="coarse").sm_clocks_mhz)
+    21
     >>> result = sweep(kernel, grid, gpu, "gemm.jsonl")  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
-import importlib
+import itertools
 import json
 import math
 import os
+import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -53,8 +67,10 @@ from eopt.lockfile import LockBusyError, ProcessLock
 from eopt.measure.command import MeasureError, require_wall_clock
 from eopt.measure.meter import Meter, MeterMethod
 from eopt.measure.repeat import RepeatPolicy, measure_signature, measure_static_power
+from eopt.user_code import UserCodeError, import_callable, module_label
 
 __all__ = [
+    "MAX_GRID_CELLS",
     "Cell",
     "CommandKernel",
     "Grid",
@@ -66,6 +82,8 @@ __all__ = [
     "SweepError",
     "SweepResult",
     "cell_key",
+    "check_sweep",
+    "coarse_clocks",
     "library_lock",
     "parse_kernel",
     "parse_params",
@@ -129,6 +147,25 @@ class SimKernel:
         """The kernel spec as given on the command line."""
         return f"sim:{self.kernel}"
 
+    def check(self, device: Device) -> None:
+        """Refuse, before measuring, what the simulated ``device`` cannot run.
+
+        Raises:
+            SweepError: when ``device`` is not simulated, or an invocation would run
+                longer than the simulator allows (the catalog's bound, e.g. ``m=1e30``).
+        """
+        demand = getattr(device, "kernel_demand", None)
+        if demand is None:
+            raise SweepError(
+                f"sim:{self.kernel} runs only on the simulated GPU, not on {device.name} "
+                f"({device.model}); use --backend sim"
+            )
+        for impl in self.impls:
+            try:
+                demand(self.kernel, impl, dict(self.workload))
+            except ValueError as exc:
+                raise SweepError(f"sim:{self.kernel}: {exc}") from None
+
 
 @dataclass(frozen=True)
 class PythonKernel:
@@ -181,15 +218,17 @@ class PythonKernel:
 
 @dataclass(frozen=True)
 class CommandKernel:
-    """Shell commands, one per implementation; each run of the process is one invocation.
+    """Commands, one per implementation; each run of the process is one invocation.
 
     Attributes:
-        commands: Implementation name → shell command line.
+        commands: Implementation name → a shell command line (a ``str``, run by
+            ``/bin/sh``), or an argument list (a ``tuple`` of strings, run without a
+            shell: no globbing, pipes or variable expansion).
         name: Element name.
         workload: θ recorded with the signatures (not passed to the commands).
     """
 
-    commands: Mapping[str, str]
+    commands: Mapping[str, str | tuple[str, ...]]
     name: str
     workload: Mapping[str, Any] = field(default_factory=dict)
     kind: str = "command"
@@ -207,19 +246,29 @@ class CommandKernel:
             MeasureError: when the command exits with a non-zero status.
         """
         command = self.commands[impl]
+        shell = isinstance(command, str)
+        shown = command if isinstance(command, str) else shlex.join(command)
 
         def run() -> None:
-            status = subprocess.run(command, shell=True, check=False).returncode
+            try:
+                status = subprocess.run(command, shell=shell, check=False).returncode
+            except OSError as exc:  # an argument list whose program cannot be started
+                raise MeasureError(
+                    f"command for implementation {impl!r} could not start: {exc}"
+                ) from None
             if status != 0:
                 raise MeasureError(
-                    f"command for implementation {impl!r} exited with status {status}: {command}"
+                    f"command for implementation {impl!r} exited with status {status}: {shown}"
                 )
 
         return run
 
     def describe(self) -> str:
-        """The commands, for the record."""
-        return "; ".join(f"{k}={v}" for k, v in self.commands.items())
+        """The commands, for the record (argument lists marked ``argv:``)."""
+        return "; ".join(
+            f"{k}={v}" if isinstance(v, str) else f"{k}=argv:{shlex.join(v)}"
+            for k, v in self.commands.items()
+        )
 
 
 Kernel = SimKernel | PythonKernel | CommandKernel
@@ -249,23 +298,32 @@ def parse_params(items: Iterable[str]) -> dict[str, Any]:
 
 
 def _import_callable(spec: str) -> Callable[..., object]:
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise SweepError(f"{spec!r}: expected module:function (e.g. mykernels:matmul)")
-    if "" not in sys.path and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # like `python -m`: modules next to the user
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise SweepError(f"{spec!r}: cannot import module {module_name!r} ({exc})") from None
-    obj: Any = module
-    for part in attr.split("."):
-        obj = getattr(obj, part, None)
-        if obj is None:
-            raise SweepError(f"{spec!r}: module {module_name!r} has no {attr!r}")
-    if not callable(obj):
-        raise SweepError(f"{spec!r}: {attr!r} is not callable")
-    return obj  # type: ignore[no-any-return]
+        return import_callable(spec)
+    except UserCodeError as exc:
+        raise SweepError(str(exc)) from exc.__cause__
+
+
+def parse_argv(text: str, option: str = "--cmd-argv") -> tuple[str, ...]:
+    """``"./train --lr 0.1 'a b'"`` → ``("./train", "--lr", "0.1", "a b")``.
+
+    The text is split by POSIX shell quoting rules (:func:`shlex.split`) but never run by
+    a shell, and the program must exist (a path, or a name on ``PATH``).
+
+    Raises:
+        SweepError: for unbalanced quotes, an empty list, or a program not found.
+    """
+    try:
+        argv = tuple(shlex.split(text))
+    except ValueError as exc:
+        raise SweepError(f"{option} {text!r}: {exc}; quote as in a shell") from None
+    if not argv:
+        raise SweepError(f"{option} {text!r}: empty command")
+    if shutil.which(argv[0]) is None:
+        raise SweepError(
+            f"{option} {text!r}: no program {argv[0]!r} (not an executable file, nor on PATH)"
+        )
+    return argv
 
 
 def parse_kernel(
@@ -273,7 +331,7 @@ def parse_kernel(
     *,
     params: Mapping[str, Any] | None = None,
     impls: Sequence[str] | None = None,
-    commands: Mapping[str, str] | None = None,
+    commands: Mapping[str, str | tuple[str, ...]] | None = None,
     sync: str | None = None,
     name: str | None = None,
 ) -> Kernel:
@@ -286,7 +344,8 @@ def parse_kernel(
             arguments of the Python callables.
         impls: Implementations (``--impls``): a subset of the simulated kernel's, or the
             names passed as ``impl=`` to a single callable.
-        commands: Implementation → shell command (``--cmd NAME='…'``).
+        commands: Implementation → shell command line (``--cmd NAME='…'``) or argument
+            list (a tuple, ``--cmd-argv``; see :func:`parse_argv`).
         sync: ``module:function`` called to wait for queued GPU work (``--sync``).
         name: Element name of the signatures.
 
@@ -332,24 +391,39 @@ def parse_kernel(
     if len(specs) > 1:
         if impls:
             raise SweepError("--impls does not apply to one callable per implementation")
-        functions = {s.partition(":")[2].split(".")[-1]: _import_callable(s) for s in specs}
+        functions = {s.rpartition(":")[2].split(".")[-1]: _import_callable(s) for s in specs}
         if len(functions) != len(specs):
             raise SweepError(f"{spec!r}: two callables share a name; implementations must differ")
-        return PythonKernel(functions, name or specs[0].partition(":")[0], theta, False, sync_fn,
-                            spec)  # fmt: skip
+        element = name or module_label(specs[0].rpartition(":")[0])
+        return PythonKernel(functions, element, theta, False, sync_fn, spec)
     fn = _import_callable(specs[0])
-    element = name or specs[0].partition(":")[2]
+    element = name or specs[0].rpartition(":")[2]
     if impls:
         return PythonKernel({i: fn for i in impls}, element, theta, True, sync_fn, spec)
     return PythonKernel({"default": fn}, element, theta, False, sync_fn, spec)
 
 
 # Grids ------------------------------------------------------------------------------------
+#: The most cells one sweep may hold (implementations × SM clocks × memory clocks × power
+#: limits), and the most values one ``START:STOP:STEP`` range may expand to: checked
+#: before anything is allocated. At one second a cell that is almost three hours.
+MAX_GRID_CELLS = 10_000
+
+#: How many SM clocks the coarse grid (:func:`coarse_clocks`) takes at most.
+COARSE_CLOCKS = 21
+
+
+def _count_text(count: float) -> str:
+    return f"{count:.0f}" if count < 1e6 else f"{count:.3g}"
+
+
 def parse_values(spec: str, what: str, unit: str) -> list[float]:
-    """``"1410,1200"`` or ``"900:1410:30"`` (inclusive range) → numbers.
+    """``"1410,1200"`` or ``"900:1410:30"`` (inclusive range) → numbers, descending.
 
     Raises:
-        SweepError: naming the option and the expected forms.
+        SweepError: naming the option and the expected forms, for values that are not
+            finite positive numbers, and for ranges or lists of more than
+            :data:`MAX_GRID_CELLS` values (checked before they are built).
     """
     text = spec.strip()
     hint = f"expected e.g. {what} 1410,1200 or {what} 900:1410:30 ({unit})"
@@ -359,19 +433,56 @@ def parse_values(spec: str, what: str, unit: str) -> list[float]:
         parts = [float(p) for p in text.split(":" if ":" in text else ",") if p.strip()]
     except ValueError:
         raise SweepError(f"{what} {spec!r}: not a list or range of numbers; {hint}") from None
+    if not all(math.isfinite(p) for p in parts):
+        raise SweepError(f"{what} {spec!r}: values must be finite numbers ({unit}); {hint}")
     if ":" in text:
         if len(parts) != 3:
             raise SweepError(f"{what} {spec!r}: a range is START:STOP:STEP; {hint}")
         lo, hi, step = parts
         if step <= 0 or hi < lo:
             raise SweepError(f"{what} {spec!r}: need START ≤ STOP and STEP > 0; {hint}")
+        span = (hi - lo) / step + 1.0  # inf when the range overflows a float
+        if not span < MAX_GRID_CELLS + 1:
+            raise SweepError(
+                f"{what} {spec!r}: the range holds {_count_text(span)} values, more than a "
+                f"sweep's "
+                f"limit of {MAX_GRID_CELLS} cells; use a larger STEP"
+            )
         count = math.floor((hi - lo) / step + 1e-9) + 1
         values = [lo + i * step for i in range(count)]
     else:
+        if len(parts) > MAX_GRID_CELLS:
+            raise SweepError(
+                f"{what}: {len(parts)} values, more than a sweep's limit of {MAX_GRID_CELLS} cells"
+            )
         values = parts
     if any(not v > 0 for v in values):
         raise SweepError(f"{what} {spec!r}: values must be positive ({unit})")
     return sorted(set(values), reverse=True)
+
+
+def coarse_clocks(supported: Sequence[float], count: int = COARSE_CLOCKS) -> list[float]:
+    """At most ``count`` clocks spread evenly over ``supported``, highest and lowest included.
+
+    Every k-th supported clock from the highest, with the smallest k that keeps the count
+    (``k = ceil((n − 1)/(count − 1))``), plus the lowest; all of them when there are no
+    more than ``count``. An A100's 81 clocks (210–1410 MHz every 15) give 21, every 60 MHz.
+
+    Args:
+        supported: Supported clocks, in MHz (any order).
+        count: The most clocks to return (≥ 2).
+
+    Returns:
+        Clocks in MHz, descending.
+    """
+    clocks = sorted({float(c) for c in supported}, reverse=True)
+    if len(clocks) <= count:
+        return clocks
+    stride = math.ceil((len(clocks) - 1) / (max(count, 2) - 1))
+    chosen = clocks[::stride]
+    if chosen[-1] != clocks[-1]:
+        chosen.append(clocks[-1])
+    return chosen
 
 
 @dataclass(frozen=True)
@@ -393,12 +504,15 @@ class Grid:
         sm_clocks_mhz: SM clocks to lock, in MHz.
         power_limits_w: Power limits, in W.
         mem_clocks_mhz: Memory clocks to lock, in MHz.
+        notes: What :meth:`build` changed in the request (values snapped to supported
+            ones), one line each, for the user.
     """
 
     impls: tuple[str, ...]
     sm_clocks_mhz: tuple[float | None, ...] = (None,)
     power_limits_w: tuple[float | None, ...] = (None,)
     mem_clocks_mhz: tuple[float | None, ...] = (None,)
+    notes: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def controls(self) -> bool:
@@ -421,7 +535,26 @@ class Grid:
         return [Cell(impl, op) for op in self.op_points() for impl in self.impls]
 
     def __len__(self) -> int:
-        return len(self.impls) * len(self.op_points())
+        return (
+            len(self.impls)
+            * len(self.sm_clocks_mhz)
+            * len(self.mem_clocks_mhz)
+            * len(self.power_limits_w)
+        )
+
+    def check_size(self) -> None:
+        """Refuse a grid of more than :data:`MAX_GRID_CELLS` cells (nothing is built).
+
+        Raises:
+            SweepError: naming the factors of the size.
+        """
+        if len(self) > MAX_GRID_CELLS:
+            raise SweepError(
+                f"the grid holds {len(self)} cells ({len(self.impls)} implementations × "
+                f"{len(self.sm_clocks_mhz)} SM clocks × {len(self.mem_clocks_mhz)} memory "
+                f"clocks × {len(self.power_limits_w)} power limits), more than a sweep's "
+                f"limit of {MAX_GRID_CELLS}; sweep fewer values"
+            )
 
     @classmethod
     def build(
@@ -431,32 +564,35 @@ class Grid:
         clocks: str | None = None,
         power_limits: str | None = None,
         mem_clocks: str | None = None,
+        *,
+        snap: bool = False,
     ) -> Grid:
         """Parse ``--clocks`` / ``--power-limits`` / ``--mem-clocks`` against a device.
 
-        ``clocks="all"`` takes every SM clock the device supports.
+        Clock specs are lists, ``START:STOP:STEP`` ranges (MHz), or words: ``all`` (every
+        supported clock), ``coarse`` (SM clocks only: :func:`coarse_clocks`), ``current``
+        (leave it; the same as None).
+
+        Args:
+            kernel: The kernel (its implementations are the grid's κ).
+            device: The device whose supported values the grid must use.
+            clocks: SM clocks; None leaves the clock as it is.
+            power_limits: Power limits in W; None leaves the limit.
+            mem_clocks: Memory clocks; None leaves them.
+            snap: Move clocks the device does not support to the nearest supported ones
+                (listed in :attr:`notes`) instead of refusing them; values outside the
+                supported range by more than one step are refused either way.
 
         Raises:
-            SweepError: for a bad spec or a value the device does not support (naming the
-                nearest supported one).
+            SweepError: for a bad spec, values the device does not support (all of them
+                in one message, with the supported range and step), or a grid of more
+                than :data:`MAX_GRID_CELLS` cells.
         """
-        sm: list[float | None] = [None]
-        if clocks:
-            supported = [float(c) for c in device.supported_sm_clocks_mhz()]
-            if clocks.strip().lower() == "all":
-                sm = list(supported)
-            else:
-                sm = list(_check_supported(parse_values(clocks, "--clocks", "MHz"), supported,
-                                           "--clocks", "SM clock", "MHz", device))  # fmt: skip
-        mem: list[float | None] = [None]
-        if mem_clocks:
-            supported = [float(c) for c in device.supported_mem_clocks_mhz()]
-            if mem_clocks.strip().lower() == "all":
-                mem = list(supported)
-            else:
-                mem = list(_check_supported(parse_values(mem_clocks, "--mem-clocks", "MHz"),
-                                            supported, "--mem-clocks", "memory clock", "MHz",
-                                            device))  # fmt: skip
+        notes: list[str] = []
+        sm = _clock_axis(clocks, [float(c) for c in device.supported_sm_clocks_mhz()],
+                         "--clocks", "SM clock", device, snap, notes, coarse=True)  # fmt: skip
+        mem = _clock_axis(mem_clocks, [float(c) for c in device.supported_mem_clocks_mhz()],
+                          "--mem-clocks", "memory clock", device, snap, notes)  # fmt: skip
         pl: list[float | None] = [None]
         if power_limits:
             lo, hi = device.power_limit_range_w()
@@ -468,27 +604,112 @@ class Grid:
                     f"{device.name}'s settable range {lo:g}–{hi:g} W"
                 )
             pl = list(values)
-        return cls(tuple(kernel.implementations()), tuple(sm), tuple(pl), tuple(mem))
+        grid = cls(tuple(kernel.implementations()), tuple(sm), tuple(pl), tuple(mem),
+                   tuple(notes))  # fmt: skip
+        grid.check_size()
+        return grid
 
 
-def _check_supported(
+def _clock_axis(
+    spec: str | None,
+    supported: list[float],
+    option: str,
+    what: str,
+    device: Device,
+    snap: bool,
+    notes: list[str],
+    coarse: bool = False,
+) -> list[float | None]:
+    """One clock axis of a grid: a spec (list, range, word) against supported clocks."""
+    word = (spec or "current").strip().lower()
+    if word == "current":
+        return [None]
+    if not supported:
+        raise SweepError(f"{option}: {device.name} ({device.model}) reports no settable {what}s")
+    if word == "all":
+        return list(sorted(set(supported), reverse=True))
+    if word == "coarse":
+        if not coarse:
+            raise SweepError(f"{option} coarse: only --clocks has a coarse grid; use all")
+        return list(coarse_clocks(supported))
+    values = parse_values(spec or "", option, "MHz")
+    return list(_match_supported(values, supported, option, what, device, snap, notes))
+
+
+def _step_text(supported: list[float]) -> str:
+    """``"every 15 MHz"`` or ``"every 7–15 MHz"`` for a table of supported clocks."""
+    ordered = sorted(set(supported))
+    gaps = sorted({round(b - a, 3) for a, b in itertools.pairwise(ordered)})
+    if not gaps:
+        return "one value"
+    if gaps[-1] - gaps[0] <= 0.5:
+        return f"every {gaps[0]:g} MHz"
+    return f"every {gaps[0]:g}–{gaps[-1]:g} MHz"
+
+
+def _match_supported(
     values: list[float],
     supported: list[float],
     option: str,
     what: str,
-    unit: str,
     device: Device,
+    snap: bool,
+    notes: list[str],
 ) -> list[float]:
-    out = []
+    """``values`` as supported clocks: exact, snapped (``snap``), or one error for all."""
+    lo, hi = min(supported), max(supported)
+    ordered = sorted(set(supported))
+    widest = max((b - a for a, b in itertools.pairwise(ordered)), default=0.0)
+    exact: dict[float, float] = {}
+    off: dict[float, float] = {}
     for v in values:
         nearest = min(supported, key=lambda c: abs(c - v))
-        if abs(nearest - v) > 0.5:
-            raise SweepError(
-                f"{option}: {device.name} ({device.model}) does not support {what} {v:g} {unit} "
-                f"(range {min(supported):g}–{max(supported):g} {unit}; nearest {nearest:g})"
-            )
-        out.append(nearest)
-    return out
+        (exact if abs(nearest - v) <= 0.5 else off)[v] = nearest
+    table = f"supported: {lo:g}–{hi:g} MHz, {_step_text(supported)} ({len(set(supported))} values)"
+    if off and not snap:
+        plural = "s" if len(off) > 1 else ""
+        listed = ", ".join(f"{v:g}" for v in off)
+        near = ", ".join(f"{n:g}" for n in off.values())
+        raise SweepError(
+            f"{option}: {device.name} ({device.model}) does not support {what}{plural} "
+            f"{listed} MHz (nearest {near}); {table}; pass --snap to use the nearest, or "
+            f"{option} all"
+        )
+    outside = [v for v in off if not lo - widest - 0.5 <= v <= hi + widest + 0.5]
+    if outside:
+        raise SweepError(
+            f"{option}: {', '.join(f'{v:g}' for v in outside)} MHz is outside "
+            f"{device.name}'s {what} range {lo:g}–{hi:g} MHz; --snap only moves values by "
+            "less than a step"
+        )
+    if off:
+        moved = ", ".join(f"{v:g}→{n:g}" for v, n in off.items())
+        notes.append(f"{option}: snapped to the nearest supported {what}s: {moved} MHz")
+    return sorted({*exact.values(), *off.values()}, reverse=True)
+
+
+def check_sweep(kernel: Kernel, grid: Grid, device: Device, control: bool = True) -> None:
+    """Everything that can be refused before a sweep starts, without measuring.
+
+    :func:`sweep` calls it first; a caller may call it earlier to report problems before
+    opening the library.
+
+    Raises:
+        SweepError: for a grid over :data:`MAX_GRID_CELLS` cells, a grid that sets the
+            device when ``control`` is False, or a simulated kernel the device cannot run
+            (not simulated, or an invocation longer than the simulator's bound).
+        MeasureError: for real work (callables, commands) on a simulated GPU.
+    """
+    grid.check_size()
+    if kernel.needs_wall_clock:
+        require_wall_clock(device, f"kernel {kernel.describe()!r}")
+    if not control and grid.controls:
+        raise SweepError(
+            "measure-only mode (--no-control) measures at the current setting and never "
+            "changes the GPU: drop --clocks, --power-limits and --mem-clocks"
+        )
+    if isinstance(kernel, SimKernel):
+        kernel.check(device)
 
 
 # Resume keys ------------------------------------------------------------------------------
@@ -645,20 +866,14 @@ def sweep(
         warn: Called with each warning (a repaired library); default: printed to stderr.
 
     Raises:
-        SweepError: for a grid that needs control when ``control`` is False, or cells
-            already measured without ``resume``.
+        SweepError: for what :func:`check_sweep` refuses, or cells already measured
+            without ``resume``.
         LibraryInUseError: when another process writes to ``out_path``.
         MeasureError: for real work (callables, commands) on a simulated GPU.
         MeterError: when the meter failed during a cell (the cell is not saved).
         GpuInUseError: when another eopt process controls the GPU (grids that set it).
     """
-    if kernel.needs_wall_clock:
-        require_wall_clock(device, f"kernel {kernel.describe()!r}")
-    if not control and grid.controls:
-        raise SweepError(
-            "measure-only mode (--no-control) measures at the current setting and never "
-            "changes the GPU: drop --clocks, --power-limits and --mem-clocks"
-        )
+    check_sweep(kernel, grid, device, control)
     path = Path(out_path)
     lock = library_lock(path)
     try:

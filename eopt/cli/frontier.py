@@ -11,6 +11,7 @@ from rich.table import Table
 
 from eopt.calculus.library import Library
 from eopt.cli._common import UserError, console, write_json
+from eopt.cli.sweep import Number
 from eopt.frontier import Frontier
 
 __all__ = ["command"]
@@ -48,13 +49,17 @@ def _rows(frontiers: dict[str, Frontier]) -> list[dict[str, Any]]:
 )
 @click.option(
     "--confidence",
-    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    type=Number(float, 0, 1, lo_open=True, hi_open=True),
     default=0.95,
     show_default=True,
-    help="Confidence of the intervals.",
+    help="Confidence of the intervals, between 0 and 1 (e.g. 0.95).",
 )
 @click.option(
-    "--plot", type=click.Path(dir_okay=False, path_type=Path), help="Write a PNG/SVG figure."
+    "--plot",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write a figure (.png, .svg or .pdf): one panel per element, a colour per "
+    "implementation, hollow markers for dominated cells, frontier cells labelled with "
+    "their operating point, log axes when cells span more than 5×.",
 )
 @click.option(
     "--csv",
@@ -63,6 +68,9 @@ def _rows(frontiers: dict[str, Frontier]) -> list[dict[str, Any]]:
     help="Write the rows as CSV.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON instead of tables.")
+@click.option(
+    "-q", "--quiet", is_flag=True, help="No tables or 'Wrote' lines; files are still written."
+)
 def command(
     library_file: Path,
     elements: tuple[str, ...],
@@ -71,6 +79,7 @@ def command(
     plot: Path | None,
     csv_path: Path | None,
     as_json: bool,
+    quiet: bool,
 ) -> None:
     """Print the time–energy Pareto frontier of each element of a signature library.
 
@@ -82,9 +91,10 @@ def command(
       eopt frontier gemm.jsonl
       eopt frontier plan.signatures.jsonl --element stage0.forward --plot f.png
       eopt frontier lib.jsonl --dominance point --csv frontier.csv --json
+      eopt frontier gemm.jsonl --plot gemm.svg -q
     """
     if plot is not None and plot.suffix.lower() not in (".png", ".svg", ".pdf"):
-        raise click.BadParameter("use a .png, .svg or .pdf file name", param_hint="--plot")
+        raise UserError(f"--plot {plot}: use a file name ending in .png, .svg or .pdf")
     library = Library.load(library_file)
     if not len(library):
         raise UserError(f"{library_file}: the library holds no signatures")
@@ -96,11 +106,13 @@ def command(
             writer.writeheader()
             writer.writerows(rows)
     if plot is not None:
-        from eopt.report.plots import plot_frontier
+        from eopt.report.frontier_plot import plot_element_frontiers
 
-        plot_frontier(frontiers, plot, title="Time–energy frontiers")
+        plot_element_frontiers(frontiers, plot, title=f"Time–energy frontiers: {library_file.name}")
     if as_json:
         write_json("-", rows)
+        return
+    if quiet:
         return
     for name, front in frontiers.items():
         table = Table(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import click
@@ -17,7 +18,7 @@ from rich.progress import (
 from rich.table import Table
 
 from eopt.calculus.signature import Signature
-from eopt.cli._common import UserError, console, err_console
+from eopt.cli._common import UserError, console, err_console, write_json
 from eopt.devices.base import DevicePermissionError
 from eopt.measure.command import MeasureError
 from eopt.measure.meter import MeterError
@@ -29,29 +30,112 @@ from eopt.sweep import (
     LibraryInUseError,
     SweepError,
     SweepResult,
+    check_sweep,
+    coarse_clocks,
+    parse_argv,
     parse_kernel,
     parse_params,
     sweep,
 )
 
-__all__ = ["command", "print_cells", "print_frontier"]
+__all__ = ["Number", "command", "print_cells", "print_frontier", "result_json"]
+
+
+class Number(click.ParamType):
+    """A finite number in a range, given bare or with its unit; errors are one line.
+
+    ``--cooldown 2``, ``--cooldown 2s`` and ``--cooldown 500ms`` are 2 s, 2 s and 0.5 s;
+    any other suffix (``2m``, ``2W``) is refused rather than guessed.
+
+    Args:
+        kind: ``int`` or ``float``.
+        lo: Smallest value allowed.
+        hi: Largest value allowed.
+        unit: The option's unit (``s``; empty for counts).
+        lo_open: Whether ``lo`` itself is excluded.
+        hi_open: Whether ``hi`` itself is excluded.
+    """
+
+    name = "number"
+
+    def __init__(
+        self, kind: type = float, lo: float = 0.0, hi: float = math.inf, unit: str = "",
+        lo_open: bool = False, hi_open: bool = False,
+    ) -> None:  # fmt: skip
+        self.kind, self.lo, self.hi, self.unit = kind, lo, hi, unit
+        self.lo_open, self.hi_open = lo_open, hi_open
+
+    def get_metavar(self, param: click.Parameter, *args: Any, **kwargs: Any) -> str:
+        """``SECONDS`` or ``N`` in --help."""
+        return "SECONDS" if self.unit == "s" else "N"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        """Parse and check ``value``.
+
+        Raises:
+            UserError: naming the option, the allowed range and an example.
+        """
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            number = float(value)
+        else:
+            number = self._parse(str(value).strip(), param)
+        if not math.isfinite(number) or not self._inside(number):
+            raise UserError(f"{self._name(param)} {value}: {self._expected()}")
+        if self.kind is int:
+            if not number.is_integer():
+                raise UserError(f"{self._name(param)} {value}: {self._expected()}")
+            return int(number)
+        return number
+
+    def _parse(self, text: str, param: click.Parameter | None) -> float:
+        scale = 1.0
+        if self.unit == "s":
+            for suffix, factor in (("ms", 1e-3), ("s", 1.0)):
+                if text.lower().endswith(suffix):
+                    text, scale = text[: -len(suffix)].strip(), factor
+                    break
+        try:
+            return float(text) * scale
+        except ValueError:
+            raise UserError(f"{self._name(param)} {text!r}: {self._expected()}") from None
+
+    def _inside(self, x: float) -> bool:
+        above = x > self.lo if self.lo_open else x >= self.lo
+        below = x < self.hi if self.hi_open else x <= self.hi
+        return above and below
+
+    def _name(self, param: click.Parameter | None) -> str:
+        return param.opts[0] if param is not None and param.opts else "value"
+
+    def _expected(self) -> str:
+        what = "a whole number" if self.kind is int else "a number"
+        unit = " s (a bare number, or with s or ms)" if self.unit == "s" else ""
+        low = f"> {self.lo:g}" if self.lo_open else f"≥ {self.lo:g}"
+        top = f"{self.hi:.0f}" if self.kind is int else f"{self.hi:g}"
+        high = f" and {'<' if self.hi_open else '≤'} {top}" if math.isfinite(self.hi) else ""
+        return f"expected {what} {low}{high}{unit}"
 
 
 def _split(text: str | None) -> list[str]:
     return [t.strip() for t in (text or "").split(",") if t.strip()]
 
 
-def _commands(items: tuple[str, ...]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items:
-        name, sep, cmd = item.partition("=")
-        if not sep or not name.strip() or not cmd.strip():
-            raise UserError(
-                f"--cmd {item!r}: expected NAME='shell command', e.g. --cmd fast='./run'"
-            )
-        if name.strip() in out:
-            raise UserError(f"--cmd: implementation {name.strip()!r} given twice")
-        out[name.strip()] = cmd.strip()
+def _commands(shell: tuple[str, ...], argv: tuple[str, ...]) -> dict[str, str | tuple[str, ...]]:
+    """``--cmd NAME='line'`` (shell) and ``--cmd-argv NAME='prog args'`` (no shell)."""
+    out: dict[str, str | tuple[str, ...]] = {}
+    for option, items in (("--cmd", shell), ("--cmd-argv", argv)):
+        for item in items:
+            name, sep, cmd = item.partition("=")
+            if not sep or not name.strip() or not cmd.strip():
+                raise UserError(
+                    f"{option} {item!r}: expected NAME='shell command', e.g. {option} fast='./run'"
+                    if option == "--cmd"
+                    else f"{option} {item!r}: expected NAME='program args', e.g. "
+                    f"{option} fast='./run --fast'"
+                )
+            if name.strip() in out:
+                raise UserError(f"{option}: implementation {name.strip()!r} given twice")
+            out[name.strip()] = cmd.strip() if option == "--cmd" else parse_argv(cmd, option)
     return out
 
 
@@ -64,16 +148,19 @@ def _pm(sig: Signature, key: str, scale: float = 1.0) -> str:
 
 
 def print_cells(signatures: tuple[Signature, ...], title: str) -> None:
-    """The measured cells as a table (per invocation, ± half the 95 % bootstrap CI)."""
+    """The measured cells as a table (per invocation, ± half the 95 % bootstrap CI).
+
+    Times in s, energies in J, powers in W, each to four significant digits.
+    """
     table = Table(title=title, title_justify="left")
-    for col in ("impl κ", "ω", "time ms", "energy J", "s W", "d J", "n", "flags"):
+    for col in ("impl κ", "ω", "time s", "energy J", "static W", "dynamic J", "n", "flags"):
         table.add_column(col, justify="left" if col in ("impl κ", "ω", "flags") else "right")
     for sig in signatures:
         flags = ",".join(sorted({f["code"] for f in sig.meta.get("flags", [])}))
         table.add_row(
             escape(sig.impl),
             escape(sig.op_point.label()),
-            f"{sig.time * 1e3:.4g}{_pm(sig, 'ci_time_s', 1e3)}",
+            f"{sig.time:.4g}{_pm(sig, 'ci_time_s')}",
             f"{sig.energy:.4g}{_pm(sig, 'ci_energy_j')}",
             f"{sig.static_power:.4g}",
             f"{sig.dynamic_energy:.4g}",
@@ -81,6 +168,49 @@ def print_cells(signatures: tuple[Signature, ...], title: str) -> None:
             f"[yellow]{flags}[/]" if flags else "",
         )
     console.print(table)
+
+
+def result_json(result: SweepResult, grid: Grid, device: Any, dominance: str) -> dict[str, Any]:
+    """What ``eopt sweep --json`` prints: the cells, the frontier and what was written.
+
+    Units are in the keys (``time_s``, ``energy_j``, ``static_power_w``); ``*_ci`` are the
+    95 % bootstrap intervals of the per-invocation means.
+    """
+    from eopt.frontier import Frontier
+
+    cells = []
+    for sig in result.signatures:
+        op = sig.op_point
+        cells.append(
+            {
+                "name": sig.name,
+                "impl": sig.impl,
+                "op_point": op.label(),
+                "sm_clock_mhz": op.sm_clock_mhz,
+                "mem_clock_mhz": op.mem_clock_mhz,
+                "power_limit_w": op.power_limit_w,
+                "time_s": sig.time,
+                "time_ci_s": sig.meta.get("ci_time_s"),
+                "energy_j": sig.energy,
+                "energy_ci_j": sig.meta.get("ci_energy_j"),
+                "static_power_w": sig.static_power,
+                "dynamic_energy_j": sig.dynamic_energy,
+                "n": sig.meta.get("n"),
+                "flags": sorted({f["code"] for f in sig.meta.get("flags", [])}),
+            }
+        )
+    front = Frontier.from_signatures(result.signatures, dominance=dominance)
+    return {
+        "library": str(result.path),
+        "device": {"name": device.name, "model": device.model},
+        "cells_in_grid": len(grid),
+        "measured": len(result.measured),
+        "resumed": result.skipped,
+        "notes": [*grid.notes, *result.repairs],
+        "cells": cells,
+        "frontier": front.to_rows(),
+        "dominance": dominance,
+    }
 
 
 def print_frontier(signatures: tuple[Signature, ...], dominance: str) -> None:
@@ -92,13 +222,13 @@ def print_frontier(signatures: tuple[Signature, ...], dominance: str) -> None:
         title=f"Pareto frontier ({dominance} dominance, {front.confidence:.0%} intervals)",
         title_justify="left",
     )
-    for col in ("impl κ", "ω", "time ms", "energy J", "energy interval J", "d J"):
+    for col in ("impl κ", "ω", "time s", "energy J", "energy interval J", "dynamic J"):
         table.add_column(col, justify="left" if col in ("impl κ", "ω") else "right")
     for row in front.to_rows():
         table.add_row(
             escape(row["impl"]),
             escape(row["op_point"]),
-            f"{row['time_s'] * 1e3:.4g}",
+            f"{row['time_s']:.4g}",
             f"{row['energy_j']:.4g}",
             f"[{row['energy_low_j']:.4g}, {row['energy_high_j']:.4g}]",
             f"{row['dynamic_energy_j']:.4g}",
@@ -110,6 +240,9 @@ def print_frontier(signatures: tuple[Signature, ...], dominance: str) -> None:
             f"min-energy point saves {1 - cheap.energy / fast.energy:.1%} energy for "
             f"{cheap.time / fast.time - 1:+.1%} time against the fastest."
         )
+
+
+_SECONDS_HELP = "s; a bare number, or with s or ms"
 
 
 @click.command("sweep")
@@ -139,11 +272,31 @@ def print_frontier(signatures: tuple[Signature, ...], dominance: str) -> None:
     "cmds",
     multiple=True,
     metavar="NAME='CMD'",
-    help="A shell command per implementation (repeat); each run is one invocation.",
+    help="A shell command line per implementation (repeat); run by /bin/sh, so quoting, "
+    "pipes and $VARS work. Each run is one invocation.",
+)
+@click.option(
+    "--cmd-argv",
+    "cmd_argvs",
+    multiple=True,
+    metavar="NAME='PROG ARGS'",
+    help="A program and its arguments per implementation (repeat), run without a shell: "
+    "split by shell quoting rules, but no globbing, pipes or $VARS.",
 )
 @click.option("--sync", help="module:function that waits for queued GPU work.")
 @click.option("--name", help="Element name of the signatures (default: the kernel's).")
-@click.option("--clocks", help="SM clocks in MHz: 1410,1200 | 900:1410:30 | all.")
+@click.option(
+    "--clocks",
+    help="SM clocks in MHz: 1410,1200 | 900:1410:30 | all | coarse | current. "
+    "Default: coarse (at most 21 supported clocks, highest to lowest), or current with "
+    "--power-limits, --mem-clocks or --no-control.",
+)
+@click.option(
+    "--snap",
+    is_flag=True,
+    help="Move clocks the GPU does not support to the nearest supported ones (and say "
+    "which) instead of refusing them.",
+)
 @click.option("--power-limits", help="Power limits in W: 250,300 | 200:400:50.")
 @click.option("--mem-clocks", help="Memory clocks in MHz: 1593,1215 | all.")
 @click.option(
@@ -158,11 +311,19 @@ def print_frontier(signatures: tuple[Signature, ...], dominance: str) -> None:
     default=None,
     help="Device backend (default: sim for sim: kernels, else auto).",
 )
-@click.option("--gpu", "gpu_index", type=int, default=0, show_default=True, help="GPU index.")
+@click.option(
+    "--gpu", "gpu_index", type=Number(int), default=0, show_default=True, help="GPU index."
+)
 @click.option(
     "--sim-model", default="A100-SXM4-40GB", show_default=True, help="Simulated GPU model."
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed (sim noise, bootstrap).")
+@click.option(
+    "--seed",
+    type=Number(int, 0, 2**32 - 1),
+    default=0,
+    show_default=True,
+    help="Seed (sim noise, bootstrap).",
+)
 @click.option(
     "--method",
     type=click.Choice(["auto", "counter", "sampler"]),
@@ -170,24 +331,43 @@ def print_frontier(signatures: tuple[Signature, ...], dominance: str) -> None:
     show_default=True,
     help="Energy counter or power sampling.",
 )
-@click.option("--warmup", type=int, default=2, show_default=True, help="Warm-up windows.")
-@click.option("--min-runs", type=int, default=10, show_default=True, help="Minimum windows.")
+@click.option(
+    "--warmup", type=Number(int, 0, 1000), default=2, show_default=True, help="Warm-up windows."
+)
+@click.option(
+    "--min-runs",
+    type=Number(int, 1, 10_000),
+    default=10,
+    show_default=True,
+    help="Minimum measured windows per cell.",
+)
 @click.option(
     "--min-time",
-    type=float,
+    type=Number(float, 0, 300, "s"),
     default=1.0,
     show_default=True,
-    help="Minimum measured time per cell, s.",
+    help=f"Minimum measured time per cell, 0–300 ({_SECONDS_HELP}).",
 )
-@click.option("--max-runs", type=int, default=200, show_default=True, help="Maximum windows.")
 @click.option(
-    "--cooldown", type=float, default=0.0, show_default=True, help="Idle time between windows, s."
+    "--max-runs",
+    type=Number(int, 1, 10_000),
+    default=200,
+    show_default=True,
+    help="Maximum windows per cell (raised to --min-runs if lower).",
+)
+@click.option(
+    "--cooldown",
+    type=Number(float, 0, 600, "s"),
+    default=0.0,
+    show_default=True,
+    help=f"Idle time between windows, 0–600 ({_SECONDS_HELP}).",
 )
 @click.option(
     "--min-window",
-    type=float,
+    type=Number(float, 0, 60, "s", lo_open=True),
     default=None,
-    help="Shortest measured window, s (default: ten sensor update periods).",
+    help=f"Shortest measured window, up to 60 ({_SECONDS_HELP}; default: ten sensor "
+    "update periods).",
 )
 @click.option(
     "--dominance",
@@ -196,15 +376,21 @@ def print_frontier(signatures: tuple[Signature, ...], dominance: str) -> None:
     show_default=True,
     help="Frontier dominance under uncertainty.",
 )
+@click.option("--json", "as_json", is_flag=True, help="Print the cells and the frontier as JSON.")
+@click.option(
+    "-q", "--quiet", is_flag=True, help="No progress bar, tables or notes; errors still show."
+)
 def command(
     kernel: str | None,
     output: str,
     impls: str | None,
     params: tuple[str, ...],
     cmds: tuple[str, ...],
+    cmd_argvs: tuple[str, ...],
     sync: str | None,
     name: str | None,
     clocks: str | None,
+    snap: bool,
     power_limits: str | None,
     mem_clocks: str | None,
     no_control: bool,
@@ -221,13 +407,32 @@ def command(
     cooldown: float,
     min_window: float | None,
     dominance: str,
+    as_json: bool,
+    quiet: bool,
 ) -> None:
     """Measure a kernel over implementations κ × operating points ω.
 
     KERNEL is sim:<name> (the simulated GPU's catalog), module:function (called as
-    function(**params), or function(impl=…, **params) with --impls), or
-    module:fn_a,module:fn_b (one callable per implementation); or give --cmd instead.
-    Asynchronous GPU work (CUDA, PyTorch) needs --sync so each window waits for it.
+    function(**params), or function(impl=…, **params) with --impls), path/to/file.py:function,
+    or a comma-separated list of callables (one per implementation); or give --cmd /
+    --cmd-argv instead. Asynchronous GPU work (CUDA, PyTorch) needs --sync so each window
+    waits for it.
+
+    \b
+    Where module:function comes from (a stray file never runs in place of a library):
+      path/to/file.py:fn   that file, loaded by its path
+      name:fn              name.py (or name/) in the working directory, or an installed
+                           module; a local file named like an installed module (numpy.py)
+                           is refused, never guessed; the working directory is never put
+                           on the module path, so files there cannot replace eopt's own
+                           imports (pynvml, numpy …)
+    Modules next to your kernel file can be imported from it, after every installed module.
+
+    Without --clocks, a sweep locks a coarse grid of SM clocks: at most 21 of the GPU's
+    supported clocks, from the highest to the lowest (an A100: every 60 MHz); --clocks all
+    takes every one, --clocks current leaves the clock as it is. Clocks the GPU does not
+    support are listed in one error with the supported range and step; --snap moves them
+    to the nearest supported ones instead. A grid holds at most 10000 cells.
 
     Each finished cell is appended to the output library at once; an interrupted sweep
     continues with --resume. The GPU's settings are restored however the sweep ends.
@@ -245,19 +450,20 @@ def command(
 
     \b
     Examples:
-      eopt sweep sim:gemm --clocks 1410,1200 -o gemm.jsonl
+      eopt sweep sim:gemm -o gemm.jsonl
       eopt sweep sim:gemm --param m=8192 --param n=8192 --clocks 900:1410:30 -o gemm.jsonl
-      eopt sweep mykernels:matmul --impls cublas,triton --sync torch.cuda:synchronize \\
+      eopt sweep ./mykernels.py:matmul --impls cublas,triton --sync torch.cuda:synchronize \\
           --clocks all --power-limits 250,300 -o matmul.jsonl
-      eopt sweep --cmd fast='./train --fast' --cmd slow='./train' --name train \\
+      eopt sweep --cmd-argv fast='./train --fast' --cmd-argv slow='./train' --name train \\
           --no-control -o train.jsonl
+      eopt sweep sim:gemm --clocks 1000,1400 --snap --json -q -o gemm.jsonl
     """
     try:
         spec = parse_kernel(
             kernel,
             params=parse_params(params),
             impls=_split(impls) or None,
-            commands=_commands(cmds) or None,
+            commands=_commands(cmds, cmd_argvs) or None,
             sync=sync,
             name=name,
         )
@@ -278,11 +484,37 @@ def command(
     from eopt.devices import open_devices
 
     device = open_devices(chosen, [gpu_index], sim_model, seed, control=not no_control)[0]
+    by_default = clocks is None and not (no_control or power_limits or mem_clocks)
     try:
-        grid = Grid.build(spec, device, clocks, power_limits, mem_clocks)
-    except SweepError as exc:
+        grid = Grid.build(
+            spec,
+            device,
+            "coarse" if by_default else clocks,
+            power_limits,
+            mem_clocks,
+            snap=snap,
+        )
+        check_sweep(spec, grid, device, control=not no_control)
+    except (SweepError, MeasureError) as exc:
         raise UserError(str(exc)) from None
-    result = _run(spec, grid, device, output, resume, policy, not no_control, method)
+    if not quiet:
+        if by_default:
+            supported = list(device.supported_sm_clocks_mhz())
+            picked = coarse_clocks(supported)
+            err_console.print(
+                f"note: no --clocks given: sweeping {len(picked)} of {device.name}'s "
+                f"{len(supported)} SM clocks ({picked[0]:g}–{picked[-1]:g} MHz); --clocks all "
+                "for every one, --clocks current to keep the clock",
+                highlight=False,
+            )
+        for note in grid.notes:
+            err_console.print(f"note: {escape(note)}", highlight=False)
+    result = _run(spec, grid, device, output, resume, policy, not no_control, method, quiet)
+    if as_json:
+        write_json("-", result_json(result, grid, device, dominance))
+        return
+    if quiet:
+        return
     if result.skipped:
         err_console.print(
             f"resumed: {result.skipped} of {len(grid)} cells were already in {output}"
@@ -303,6 +535,7 @@ def _run(
     policy: RepeatPolicy,
     control: bool,
     method: str,
+    quiet: bool = False,
 ) -> SweepResult:
     columns = (
         TextColumn("[bold]{task.description}"),
@@ -312,7 +545,8 @@ def _run(
         TextColumn("ETA"),
         TimeRemainingColumn(),
     )
-    with Progress(*columns, console=err_console, transient=True) as bar:
+    bar = Progress(*columns, console=err_console, transient=True, disable=quiet)
+    with bar:
         task = bar.add_task(f"sweep {spec.name}", total=len(grid))
 
         def progress(done: int, total: int, cell: Cell, sig: Signature | None) -> None:

@@ -47,7 +47,11 @@ from eopt.devices.sim_physics import (
 )
 from eopt.devices.sim_profiles import SENSOR_PERIOD_S, GpuProfile, load_profile
 
-__all__ = ["SENSOR_PERIOD_S", "KernelRecord", "SimulatedGPU", "VirtualClock"]
+__all__ = ["MAX_SLEEP_S", "SENSOR_PERIOD_S", "KernelRecord", "SimulatedGPU", "VirtualClock"]
+
+#: The longest single sleep of virtual time, in s: about 40 000 steps of the idle model,
+#: a fraction of a second of real time.
+MAX_SLEEP_S = 3600.0
 
 _STEP_BUSY_S = 0.01  # integration step while a kernel runs (thermal model, sensor)
 _STEP_IDLE_S = 0.1
@@ -89,9 +93,16 @@ class VirtualClock:
         return self._now
 
     def sleep(self, duration_s: float) -> None:
-        """Let ``duration_s`` of virtual time pass; attached GPUs run their queues or idle."""
-        if duration_s < 0:
-            raise ValueError(f"cannot sleep a negative duration ({duration_s} s)")
+        """Let ``duration_s`` of virtual time pass; attached GPUs run their queues or idle.
+
+        Raises:
+            ValueError: for a negative or non-finite duration, or one over
+                :data:`MAX_SLEEP_S` (virtual time costs real time: every 0.1 s is a step).
+        """
+        if not 0 <= duration_s <= MAX_SLEEP_S:
+            raise ValueError(
+                f"a simulated GPU can idle 0–{MAX_SLEEP_S:g} s at a time, not {duration_s} s"
+            )
         self.advance_to(self._now + duration_s)
 
     def every(self, period_s: float, callback: Callable[[float], None]) -> _VirtualTimer:
@@ -423,14 +434,30 @@ class SimulatedGPU:
         spec = get_kernel(kernel)
         impl_name = spec.implementation(impl).name
         theta = spec.workload(workload)
+        demand = self.kernel_demand(spec.name, impl_name, theta)
+        self._queue.append((spec.name, impl_name, theta, demand))
+        if self._running is None and len(self._queue) == 1:
+            self._start_next()
+
+    def kernel_demand(
+        self, kernel: str, impl: str | None = None, workload: Mapping[str, Any] | None = None
+    ) -> KernelDemand:
+        """What one invocation of ``kernel`` asks of this GPU; checks it without running it.
+
+        Raises:
+            ValueError: for an unknown kernel, implementation or workload key, or a
+                workload whose invocation would run longer than the simulator allows
+                (:data:`eopt.devices.sim_kernels.MAX_INVOCATION_S` at the lowest clock).
+        """
+        spec = get_kernel(kernel)
+        impl_name = spec.implementation(impl).name
+        theta = spec.workload(workload)
         key = (spec.name, impl_name, tuple(sorted(theta.items())))
         demand = self._demand_cache.get(key)
         if demand is None:
             demand = spec.demand(self.profile, impl_name, theta)
             self._demand_cache[key] = demand
-        self._queue.append((spec.name, impl_name, theta, demand))
-        if self._running is None and len(self._queue) == 1:
-            self._start_next()
+        return demand
 
     def launch(
         self, kernel: str, impl: str | None = None, workload: Mapping[str, Any] | None = None

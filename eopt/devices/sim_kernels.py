@@ -4,6 +4,10 @@ A kernel maps a workload θ (sizes) to FLOPs and bytes; an implementation κ set
 it gets to the GPU's peaks and how busy it keeps the chip. Together with a GPU profile
 this gives the :class:`~eopt.devices.sim_physics.KernelDemand` the physics runs.
 
+Workloads are bounded: sizes must be finite and non-negative, and one invocation may run
+at most :data:`MAX_INVOCATION_S` of simulated time at the GPU's lowest clock, so the
+simulator (which steps through virtual time) always finishes promptly.
+
 Units: FLOPs are floating-point operations (a multiply-add is 2), bytes are bytes moved
 to/from DRAM (or over the GPU link for ``allreduce``), sizes are element counts,
 ``dtype_bytes`` is bytes per element.
@@ -18,6 +22,7 @@ profiles (``profiles/perseus-stages.yaml``, written by ``benchmarks/sim_calibrat
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -29,6 +34,7 @@ from eopt.devices.sim_physics import KernelDemand
 from eopt.devices.sim_profiles import GpuProfile
 
 __all__ = [
+    "MAX_INVOCATION_S",
     "Implementation",
     "SimKernel",
     "get_kernel",
@@ -36,6 +42,12 @@ __all__ = [
 ]
 
 _CALIBRATION_FILE = "perseus-stages.yaml"
+
+#: The longest one invocation of a simulated kernel may run, in s of simulated time, at the
+#: GPU's lowest SM clock. The simulator steps through virtual time (every 10 ms while a
+#: kernel runs), so this bounds the real time one invocation costs to well under a second;
+#: the largest default workload of the catalog takes about 10 s at the lowest clock.
+MAX_INVOCATION_S = 60.0
 
 # Vector (non-tensor-core) arithmetic runs at about 1/16 of the dense tensor peak on
 # A100/H100-class GPUs; element-wise kernels express their efficiency against that.
@@ -108,8 +120,11 @@ class SimKernel:
     def workload(self, workload: Mapping[str, Any] | None = None) -> dict[str, float]:
         """θ completed with defaults and checked.
 
+        The time an invocation of θ takes is bounded later, where the GPU is known
+        (:meth:`demand`).
+
         Raises:
-            ValueError: on unknown keys or non-positive / non-numeric sizes.
+            ValueError: on unknown keys, or sizes that are not finite non-negative numbers.
         """
         merged: dict[str, float] = dict(self.default_workload)
         for key, value in (workload or {}).items():
@@ -118,9 +133,14 @@ class SimKernel:
                     f"sim kernel {self.name!r}: unknown workload key {key!r}; "
                     f"expected some of {sorted(self.default_workload)}"
                 )
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
+                or value < 0
+            ):
                 raise ValueError(
-                    f"sim kernel {self.name!r}: workload {key}={value!r} must be a "
+                    f"sim kernel {self.name!r}: workload {key}={value!r} must be a finite "
                     "non-negative number"
                 )
             merged[key] = float(value)
@@ -155,19 +175,25 @@ class SimKernel:
         impl: str | None = None,
         workload: Mapping[str, Any] | None = None,
     ) -> KernelDemand:
-        """What one invocation asks of a GPU of ``profile``."""
+        """What one invocation asks of a GPU of ``profile``.
+
+        Raises:
+            ValueError: for a bad workload (:meth:`workload`), or one whose invocation
+                would run longer than :data:`MAX_INVOCATION_S` at the lowest clock.
+        """
         spec = self.implementation(impl)
+        theta = self.workload(workload)
         if self.tuned is not None:
-            flops, nbytes, spec = self.tuned(self.workload(workload))
+            flops, nbytes, spec = self.tuned(theta)
         else:
-            flops, nbytes = self.flops_and_bytes(impl, workload)
+            flops, nbytes = self.flops_and_bytes(impl, theta)
         peak = profile.peak_flops * (_VECTOR_FRACTION if self.vector else 1.0)
         bandwidth = (
             profile.link_bandwidth_bytes_per_s
             if self.over_link
             else profile.memory_bandwidth_bytes_per_s
         )
-        return KernelDemand(
+        demand = KernelDemand(
             compute_s=flops / (peak * spec.compute_eff) if flops else 0.0,
             memory_s=nbytes / (bandwidth * spec.memory_eff) if nbytes else 0.0,
             activity=spec.activity,
@@ -175,6 +201,23 @@ class SimKernel:
             overlap_p=spec.overlap_p,
             launch_s=spec.launch_s,
         )
+        # An upper bound of the run time at the lowest clock (a p-norm never exceeds the
+        # sum); written so that NaN (e.g. inf·0 from huge sizes) fails the test too.
+        slowest_s = (
+            demand.compute_s * profile.max_sm_clock_mhz / profile.min_sm_clock_mhz
+            + demand.memory_s
+            + demand.launch_s
+        )
+        if not slowest_s <= MAX_INVOCATION_S:
+            given = {k: v for k, v in theta.items() if v != self.default_workload.get(k)}
+            sizes = ", ".join(f"{k}={v:g}" for k, v in given.items()) or "the default sizes"
+            raise ValueError(
+                f"sim kernel {self.name!r}, implementation {spec.name!r}: with {sizes} one "
+                f"invocation would run {slowest_s:.3g} s of simulated time at "
+                f"{profile.min_sm_clock_mhz:g} MHz on {profile.model}, more than the "
+                f"simulator's limit of {MAX_INVOCATION_S:g} s; use smaller sizes"
+            )
+        return demand
 
 
 def _impls(*items: Implementation) -> dict[str, Implementation]:

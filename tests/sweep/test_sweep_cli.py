@@ -131,3 +131,32 @@ def test_measure_refuses_the_simulated_gpu(monkeypatch):
     result = _run(["measure", "--", "true"])
     assert result.exit_code == 1
     assert "simulated" in result.output and "Traceback" not in result.output
+
+
+def test_sweep_json_matches_the_library_and_quiet_prints_nothing(tmp_path):
+    out = tmp_path / "lib.jsonl"
+    args = ["sweep", "sim:layernorm", "--clocks", "1410,1005", *QUICK, "-o", str(out)]
+    result = CliRunner().invoke(cli, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)  # stdout holds the JSON and nothing else
+    sigs = read_library(out)
+    assert data["measured"] == len(sigs) == 6 and data["resumed"] == 0
+    assert [(c["impl"], c["sm_clock_mhz"]) for c in data["cells"]] == [
+        (s.impl, s.op_point.sm_clock_mhz) for s in sigs
+    ]
+    assert data["cells"][0]["time_s"] == sigs[0].time
+    assert {r["impl"] for r in data["frontier"]} <= {"apex", "triton", "naive"}
+    again = CliRunner().invoke(cli, [*args, "--resume", "-q"])
+    assert again.exit_code == 0 and again.output == ""
+    resumed = CliRunner().invoke(cli, [*args, "--resume", "--json", "-q"])
+    assert json.loads(resumed.stdout)["resumed"] == 6
+
+
+def test_sweep_tables_give_times_in_seconds(tmp_path):
+    out = tmp_path / "lib.jsonl"
+    result = _run(["sweep", "sim:gemm", "--impls", "cublas", "--clocks", "1410", *QUICK,
+                   "-o", str(out)])  # fmt: skip
+    assert result.exit_code == 0
+    assert "time s" in result.output and "time ms" not in result.output
+    time_s = read_library(out)[0].time
+    assert f"{time_s:.4g}" in result.output  # 4.64 ms shown as 0.00464 s

@@ -191,3 +191,25 @@ def test_a_failing_callable_names_the_cell_and_keeps_finished_ones(
 
     assert [s.impl for s in read_library(out)] == ["good"]
     assert wall_gpu.op == wall_gpu.original
+
+
+def test_kernels_given_by_file_path_are_named_after_the_file(tmp_path, monkeypatch):
+    from eopt import user_code
+
+    monkeypatch.setattr(user_code._FINDER, "folders", [])  # forget the folder afterwards
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "eopt_path_kernels.py").write_text(
+        "def fast():\n    pass\n\ndef slow():\n    pass\n"
+    )
+    with pytest.raises(SweepError, match="cannot import module 'eopt_path_kernels'"):
+        parse_kernel("eopt_path_kernels:fast")  # not in the working directory itself
+    try:
+        kernel = parse_kernel("sub/eopt_path_kernels.py:fast,./sub/eopt_path_kernels.py:slow")
+        assert kernel.name == "eopt_path_kernels" and kernel.implementations() == ["fast", "slow"]
+        # One file is one module: both specs share it (e.g. a kernel and its --sync).
+        assert kernel.functions["fast"].__module__ == kernel.functions["slow"].__module__
+        one = parse_kernel("sub/eopt_path_kernels.py:fast")
+        assert one.name == "fast" and one.functions["default"] is kernel.functions["fast"]
+    finally:
+        sys.modules.pop("eopt_path_kernels", None)
