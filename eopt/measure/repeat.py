@@ -72,6 +72,10 @@ class RepeatPolicy:
         seed: Seed of the bootstrap and permutation tests.
         alpha: Significance level of the drift and state-change tests.
         min_effect: Smallest relative change the tests flag.
+        max_inner_repeats: Most invocations in one window. A kernel so short that
+            ``min_window_s`` would need more gets shorter windows, flagged as such
+            (the simulator spends CPU time on every invocation: 10⁵ of them per window
+            would take minutes a cell).
     """
 
     warmup: int = 2
@@ -88,6 +92,7 @@ class RepeatPolicy:
     seed: int = 0
     alpha: float = 0.01
     min_effect: float = 0.01
+    max_inner_repeats: int = 20_000
 
     def __post_init__(self) -> None:
         if self.warmup < 0:
@@ -101,6 +106,8 @@ class RepeatPolicy:
                 raise ValueError(f"{name} must be ≥ 0, got {getattr(self, name)}")
         if not 0 < self.confidence < 1:
             raise ValueError(f"confidence must be in (0, 1), got {self.confidence}")
+        if self.max_inner_repeats < 1:
+            raise ValueError(f"max_inner_repeats must be ≥ 1, got {self.max_inner_repeats}")
 
 
 @dataclass(frozen=True)
@@ -213,6 +220,7 @@ def run_repeats(
     wait()
     single = meter.mark() - t0
     k = max(1, math.ceil(min_window / single)) if single > 0 else 1
+    k = min(k, pol.max_inner_repeats)
 
     def one_window() -> tuple[float, float]:
         wait()
@@ -335,6 +343,16 @@ def _quality_flags(runs: CellRuns, pol: RepeatPolicy, sensor_period_s: float) ->
                 f"{short} of {len(runs.windows)} windows are shorter than ten sensor periods "
                 f"({10 * sensor_period_s:.3g} s); energy error up to ±{rel:.1%} per window",
                 relative_error=rel,
+            )
+        )
+    if runs.inner_repeats >= pol.max_inner_repeats:
+        flags.append(
+            _flag(
+                "inner_repeats_capped",
+                f"one invocation is so short that a window holds the most allowed, "
+                f"{pol.max_inner_repeats} invocations ({runs.time_s.mean() * 1e6:.3g} µs "
+                "each); windows are shorter than asked; measure a larger workload",
+                inner_repeats=runs.inner_repeats,
             )
         )
     return flags

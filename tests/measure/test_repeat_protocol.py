@@ -178,3 +178,25 @@ def test_single_run_variance_separates_run_jitter_from_slow_drift(fake_gpu):
     assert naive > 10 * truth  # what the independence assumption would have claimed
     # energy at constant power: σ_E = P · σ_T
     assert sig.var_energy == pytest.approx(200.0**2 * truth, rel=0.35)
+
+
+def test_a_tiny_kernel_is_capped_at_max_inner_repeats_and_flagged() -> None:
+    """One 5-µs simulated gemm would need 200 000 invocations per 1-s window; the window
+    holds at most ``max_inner_repeats`` and the cell says so."""
+    from eopt.devices.sim import SimulatedGPU
+    from eopt.measure.meter import Meter
+    from eopt.measure.repeat import RepeatPolicy, measure_signature
+
+    gpu = SimulatedGPU(seed=1)
+    policy = RepeatPolicy(warmup=1, min_runs=3, min_time_s=0.0, max_inner_repeats=500)
+    with Meter(gpu) as meter:
+        sig = measure_signature(
+            "gemm",
+            lambda: gpu.launch("gemm", "cublas", {"m": 1, "n": 1, "k": 1}),
+            gpu,
+            meter,
+            policy=policy,
+        )
+    assert sig.meta["inner_repeats"] == 500
+    assert "inner_repeats_capped" in [f["code"] for f in sig.meta["flags"]]
+    assert sig.time == pytest.approx(5e-6, rel=0.05)
