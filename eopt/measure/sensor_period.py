@@ -90,8 +90,21 @@ def period_from_changes(change_times_s: list[float]) -> float | None:
     if len(gaps) < 2:
         return None
     ordered = sorted(gaps)
-    period = ordered[len(ordered) // 4]  # a single period: the lower quartile
-    for _ in range(3):  # refine: count periods per gap, divide the time by the count
+    quartile = ordered[len(ordered) // 4]  # a single period: the lower quartile
+    # Start from the median of the gaps near it (one gap read a poll early or late would
+    # be off by that poll), then count ever longer gaps: a gap of n periods needs the
+    # period to better than 1/(2n) to be counted right, so short gaps sharpen it first.
+    singles = [g for g in ordered if 0.75 * quartile <= g <= 1.25 * quartile]
+    period = singles[len(singles) // 2]
+    limit = 2.0
+    while True:
+        used = [g for g in gaps if g <= (limit + 0.5) * period]
+        counts = [max(1, round(g / period)) for g in used]
+        period = sum(used) / sum(counts)
+        if len(used) == len(gaps):
+            break
+        limit *= 2
+    for _ in range(2):  # every gap counted: settle the counts
         counts = [max(1, round(g / period)) for g in gaps]
         period = sum(gaps) / sum(counts)
     return period
