@@ -161,7 +161,7 @@ class ProcessLock:
             "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(record).encode("utf-8"), 0)
+        os.pwrite(fd, json.dumps(record, allow_nan=False).encode("utf-8"), 0)
         self._fd = fd
 
     def release(self) -> None:

@@ -2,75 +2,91 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from eopt.calculus.signature import Signature, SignatureError
+from eopt.fileformats import (
+    FileFormatError,
+    Where,
+    atomic_write_text,
+    decode_utf8,
+    dumps_json,
+    guard,
+    parse_json,
+    refuse_other_kind,
+)
 
 __all__ = ["Library", "LibraryError", "append_signature", "read_library", "write_library"]
 
 
-class LibraryError(ValueError):
+class LibraryError(FileFormatError):
     """A library file that cannot be read; the message names file, line and field."""
 
 
+_WHAT = "a signature library"
+
+
 def _iter_lines(path: Path) -> Iterator[tuple[int, Signature]]:
+    file = Where(str(path), error=LibraryError)
     try:
         handle = path.open("rb")
     except FileNotFoundError:
-        raise LibraryError(f"{path}: no such signature library") from None
+        file.fail("no such signature library")
+    except IsADirectoryError:
+        file.fail(f"cannot read (a folder, not {_WHAT})")
     except OSError as exc:
-        raise LibraryError(f"{path}: cannot read ({exc.strerror})") from None
+        file.fail(f"cannot read ({exc.strerror})")
     with handle:
         for lineno, raw in enumerate(handle, start=1):
+            at = file.at_line(lineno)
             # Decoded per line, so a binary or mis-encoded file is reported at its line.
-            try:
-                text = raw.decode("utf-8").strip()
-            except UnicodeDecodeError:
-                raise LibraryError(
-                    f"{path}:{lineno}: not UTF-8 text; a library is a .jsonl file with one "
-                    "JSON object a line"
-                ) from None
+            text = decode_utf8(raw, at, what="a library (one JSON object a line)").strip()
             if not text or text.startswith("#"):
                 continue
-            try:
-                data = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise LibraryError(
-                    f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno}); "
-                    "each line must be one JSON object"
-                ) from None
-            try:
-                yield lineno, Signature.from_dict(data)
-            except SignatureError as exc:
-                raise LibraryError(f"{path}:{lineno}: {exc}") from None
+            with guard(at, what="a signature"):
+                try:
+                    sig = Signature.from_dict(parse_json(text, at), at)
+                except SignatureError as exc:  # a value check of the signature itself
+                    at.fail(str(exc))
+            if sig.time == 0:  # composites may; a measured element never takes no time
+                (at / "time").fail("expected a finite number > 0 (s), got 0")
+            yield lineno, sig
 
 
 def read_library(path: str | os.PathLike[str]) -> list[Signature]:
     """Read every signature of a ``.jsonl`` library.
 
+    Every line is validated as :meth:`Signature.from_dict` and
+    :mod:`eopt.fileformats` say (finite numbers, no unknown fields), and every
+    signature takes time (T > 0); a file of another eopt kind (a plan, a schedule …) is
+    named for what it is.
+
     Raises:
-        LibraryError: on the first bad line, naming ``file:line`` and the reason.
+        LibraryError: on the first bad line, naming ``file:line``, the field and the
+            reason.
     """
-    return [sig for _, sig in _iter_lines(Path(path))]
+    p = Path(path)
+    try:
+        return [sig for _, sig in _iter_lines(p)]
+    except LibraryError:
+        refuse_other_kind(p, ("library",), Where(str(p), error=LibraryError))
+        raise
 
 
 def write_library(path: str | os.PathLike[str], signatures: Iterable[Signature]) -> None:
-    """Write signatures to ``path`` (replacing it), one JSON object a line."""
-    target = Path(path)
-    tmp = target.with_name(target.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as handle:
-        for sig in signatures:
-            handle.write(json.dumps(sig.to_dict(), sort_keys=True) + "\n")
-    os.replace(tmp, target)
+    """Write signatures to ``path`` (replacing it atomically), one JSON object a line."""
+    where = str(path)
+    lines = [dumps_json(sig.to_dict(), where, sort_keys=True) + "\n" for sig in signatures]
+    atomic_write_text(path, "".join(lines))
 
 
 def append_signature(path: str | os.PathLike[str], signature: Signature) -> None:
     """Append one signature and flush it to disk at once (safe against interruption)."""
+    line = dumps_json(signature.to_dict(), str(path), sort_keys=True) + "\n"
     with Path(path).open("a", encoding="utf-8") as handle:
-        handle.write(json.dumps(signature.to_dict(), sort_keys=True) + "\n")
+        handle.write(line)
         handle.flush()
         os.fsync(handle.fileno())
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +30,27 @@ import yaml
 from eopt.calculus.operators import CompositionError, idle, par, par_multi, seq
 from eopt.calculus.signature import Signature
 from eopt.calculus.uncertainty import BiasBound, accumulated_bias
+from eopt.fileformats import (
+    FileFormatError,
+    Where,
+    guard,
+    mapping,
+    number,
+    parse_json,
+    parse_yaml,
+    read_text,
+    refuse_other_kind,
+    required,
+    sequence,
+    string,
+    within_run,
+)
 
 __all__ = [
     "DeviceUsage",
     "Placement",
     "PlacementFile",
+    "PlacementsError",
     "compose_schedule",
     "device_timelines",
     "read_placements",
@@ -371,6 +387,10 @@ def _item_lines(text: str) -> list[int]:
     return [item.start_mark.line + 1 for item in root.value]
 
 
+class PlacementsError(FileFormatError):
+    """A placements file (or solved schedule) compose cannot use; names file and place."""
+
+
 def read_placements(path: str | os.PathLike[str], library: Iterable[Signature]) -> PlacementFile:
     """Read a placements file (YAML or JSON) and look its elements up in ``library``.
 
@@ -381,7 +401,7 @@ def read_placements(path: str | os.PathLike[str], library: Iterable[Signature]) 
     Otherwise the file is either a list of placements or a mapping with ``placements`` and
     an optional ``idle_power`` (W, or a mapping device → W). Each placement has ``element``
     (a name with an optional selector, e.g. ``gemm[impl=cutlass]``), ``device`` and
-    ``start`` (s, or a string with a unit such as ``1.5ms``)::
+    ``start`` (s ≥ 0, or a string with a unit such as ``1.5ms``)::
 
         idle_power: 60W
         placements:
@@ -391,70 +411,79 @@ def read_placements(path: str | os.PathLike[str], library: Iterable[Signature]) 
     When several signatures share a name, those on the placement's device are preferred.
 
     Raises:
-        ValueError: naming the file, the placement (index and line) and the fix.
+        PlacementsError: (a ValueError) naming the file, the placement (index and line)
+            and the fix; a file of another eopt kind is named for what it is.
     """
+    source = str(path)
+    at = Where(source, error=PlacementsError)
+    try:
+        with guard(at, what="a placements file"):
+            return _read_placements(Path(path), at, library)
+    except PlacementsError:
+        refuse_other_kind(path, ("placements", "schedule"), at)
+        raise
+
+
+def _read_placements(path: Path, at: Where, library: Iterable[Signature]) -> PlacementFile:
     # Imported here: expression imports this module's siblings, not the other way round.
     from eopt.calculus.expression import resolve_element
     from eopt.calculus.units import parse_power_w, parse_time_s
 
-    source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ValueError(f"{source}: no such placements file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{source}: cannot read ({exc})") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ValueError(f"{source}{where}: not valid YAML/JSON ({problem})") from None
+    source = at.file
+    text = read_text(path, at, what="a placements file")
+    # A .json file (what `eopt solve` writes) is held to JSON: YAML would read a stray
+    # `Infinity` token as text and let it pass.
+    if path.suffix.lower() == ".json":
+        data = parse_json(text, at)
+    else:
+        data = parse_yaml(text, at, language="YAML/JSON")
     idle_raw: Any = None
     if isinstance(data, Mapping) and data.get("schema") == _SOLVED_SCHEMA:
-        return _solved_schedule(data, library, source)
+        return _solved_schedule(data, library, at)
     if isinstance(data, Mapping):
-        unknown = sorted(set(data) - {"placements", "idle_power", "schema"})
+        unknown = sorted(str(k) for k in data if k not in {"placements", "idle_power", "schema"})
         if unknown:
-            raise ValueError(
-                f"{source}: unknown key(s) {unknown}; expected 'placements' and optionally "
-                "'idle_power'"
-            )
+            at.fail(f"unknown key(s) {unknown}; expected 'placements' and optionally 'idle_power'")
         idle_raw = data.get("idle_power")
         data = data.get("placements")
     if not isinstance(data, list) or not data:
-        raise ValueError(
-            f"{source}: expected a non-empty list of placements "
+        at.fail(
+            "expected a non-empty list of placements "
             "({element: NAME, device: DEV, start: SECONDS}), directly or under 'placements'"
         )
     idle_power: float | dict[str, float] | None = None
-    if isinstance(idle_raw, Mapping):
-        idle_power = {
-            str(dev): parse_power_w(w, f"{source}: idle_power[{dev}]")
-            for dev, w in idle_raw.items()
-        }
-    elif idle_raw is not None:
-        idle_power = parse_power_w(idle_raw, f"{source}: idle_power")
+    try:
+        if isinstance(idle_raw, Mapping):
+            idle_power = {
+                str(dev): parse_power_w(w, f"idle_power[{dev}]") for dev, w in idle_raw.items()
+            }
+        elif idle_raw is not None:
+            idle_power = parse_power_w(idle_raw, "idle_power")
+    except ValueError as exc:
+        at.fail(str(exc))
     lines = _item_lines(text)
     placements: list[Placement] = []
     for i, item in enumerate(data):
         line = f":{lines[i]}" if i < len(lines) else ""
         where = f"{source}{line}: placement {i + 1}"
-        if isinstance(item, Mapping) and "element" in item:
+        if isinstance(item, Mapping) and isinstance(item.get("element"), (str, int)):
             where = f"{where} ({item['element']})"
         if not isinstance(item, Mapping):
-            raise ValueError(
-                f"{where}: expected a mapping {{element, device, start}}, got {item!r}"
+            raise PlacementsError(
+                f"{where}: expected a mapping {{element, device, start}}, got {item!r}"[:300]
             )
-        unknown = sorted(set(item) - _PLACEMENT_KEYS)
+        unknown = sorted(str(k) for k in item if k not in _PLACEMENT_KEYS)
         missing = sorted(k for k in ("element", "start") if k not in item)
         if unknown or missing:
             problem = f"unknown key(s) {unknown}" if unknown else f"missing key(s) {missing}"
-            raise ValueError(f"{where}: {problem}; each placement has element, device and start")
-        ref = str(item["element"])
-        device = None if item.get("device") is None else str(item["device"])
+            raise PlacementsError(
+                f"{where}: {problem}; each placement has element, device and start"
+            )
         try:
+            ref = string(item["element"], Where("element"), what="an element name")
+            device = None
+            if item.get("device") is not None:
+                device = string(item["device"], Where("device"), what="a device name")
             sig = resolve_element(ref, library, device)
             start = parse_time_s(item["start"], "start")
             if device is None:
@@ -466,58 +495,71 @@ def read_placements(path: str | os.PathLike[str], library: Iterable[Signature]) 
                 device = sig.devices[0]
             placements.append(Placement(sig.on(device), device, start))
         except ValueError as exc:
-            raise ValueError(f"{where}: {exc}") from None
+            raise PlacementsError(f"{where}: {exc}") from None
     return PlacementFile(tuple(placements), idle_power, source)
 
 
 def _solved_schedule(
-    data: Mapping[str, Any], library: Iterable[Signature], source: str
+    data: Mapping[str, Any], library: Iterable[Signature], at: Where
 ) -> PlacementFile:
-    """Placements of an ``eopt.schedule/1`` file (the output of ``eopt solve``)."""
+    """Placements of an ``eopt.schedule/1`` file (the output of ``eopt solve``).
+
+    Validates what composition uses, by the schedule format's rules: devices with a name
+    and an idle power ≥ 0; elements on those devices, starting at ≥ 0 s, taking > 0 s,
+    and ending by the makespan where the file gives one.
+    """
     from eopt.calculus.expression import selector_for
     from eopt.devices.operating_point import OperatingPoint
 
     sigs = list(library)
-    devices = data.get("devices")
-    elements = data.get("elements")
-    if not isinstance(devices, list) or not isinstance(elements, list) or not elements:
-        raise ValueError(f"{source}: an eopt.schedule/1 file needs 'devices' and 'elements' lists")
+    devices = sequence(required(data, "devices", at), at / "devices")
+    elements = sequence(required(data, "elements", at), at / "elements", nonempty=True)
+    makespan = data.get("makespan")
+    if makespan is not None:
+        makespan = number(makespan, at / "makespan", unit="s", positive=True)
     idle_power: dict[str, float] = {}
     for i, dev in enumerate(devices):
-        try:
-            idle_power[str(dev["name"])] = float(dev["idle_power_w"])
-        except (TypeError, KeyError, ValueError):
-            raise ValueError(
-                f"{source}: devices[{i}] needs 'name' and a numeric 'idle_power_w'"
-            ) from None
+        where = at / "devices" / i
+        dev = mapping(dev, where, what="an object with name and idle_power_w")
+        name = string(required(dev, "name", where), where / "name", what="a device name")
+        idle = required(dev, "idle_power_w", where)
+        idle_power[name] = number(idle, where / "idle_power_w", unit="W", min=0)
     placements: list[Placement] = []
     for i, e in enumerate(elements):
-        where = f"{source}: elements[{i}]"
+        where = at / "elements" / i
+        e = mapping(e, where)
+        name = string(required(e, "name", where), where / "name", what="an element name")
+        where = replace(where, path=f"{where.path} ({name})")
+        kind = string(e.get("type", name), where / "type", what="an element type")
+        device = string(required(e, "device", where), where / "device", what="a device name")
+        if device not in idle_power:
+            (where / "device").fail(
+                f"device {device!r} is not among the schedule's devices {sorted(idle_power)}"
+            )
+        start = number(required(e, "start", where), where / "start", unit="s")
+        impl = string(e.get("impl", "default"), where / "impl", what="an implementation name")
         try:
-            kind = str(e.get("type", e["name"]))
-            device, start = str(e["device"]), float(e["start"])
-            impl = str(e.get("impl", "default"))
             op_point = OperatingPoint.from_dict(e.get("op_point"))
-        except (AttributeError, KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"{where}: malformed element ({exc})") from None
-        where = f"{where} ({e.get('name', kind)})"
+        except ValueError as exc:
+            where.fail(str(exc))
         named = [s for s in sigs if s.name == kind]
         found = [s for s in named if s.impl == impl and s.op_point == op_point]
         if not found:
             choices = "; ".join(selector_for(s, named) for s in named[:8]) or "none"
-            raise ValueError(
-                f"{where}: no signature {kind!r} with impl={impl} at {op_point.label()} in the "
+            where.fail(
+                f"no signature {kind!r} with impl={impl} at {op_point.label()} in the "
                 f"libraries (signatures of {kind!r}: {choices}); pass the libraries the "
                 "schedule was solved with"
             )
         sig = found[0]
-        duration = e.get("duration")
-        if isinstance(duration, (int, float)) and not math.isclose(
-            float(duration), sig.time, rel_tol=1e-6, abs_tol=1e-12
-        ):
-            raise ValueError(
-                f"{where}: the schedule says {duration:g} s but the library's signature takes "
-                f"{sig.time:g} s; pass the libraries the schedule was solved with"
-            )
+        if e.get("duration") is not None:
+            duration = number(e["duration"], where / "duration", unit="s", positive=True)
+            if not math.isclose(duration, sig.time, rel_tol=1e-6, abs_tol=1e-12):
+                where.fail(
+                    f"the schedule says {duration:g} s but the library's signature takes "
+                    f"{sig.time:g} s; pass the libraries the schedule was solved with"
+                )
+        run = makespan if makespan is not None else math.inf
+        start = within_run(start, start + sig.time, run, where, run_name="makespan")
         placements.append(Placement(sig.on(device), device, start))
-    return PlacementFile(tuple(placements), idle_power, source)
+    return PlacementFile(tuple(placements), idle_power, at.file)

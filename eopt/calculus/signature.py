@@ -8,8 +8,20 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from eopt.devices.operating_point import OperatingPoint
+from eopt.fileformats import (
+    Where,
+    json_ready,
+    mapping,
+    no_unknown,
+    number,
+    required,
+    sequence,
+    string,
+)
 
-__all__ = ["Signature", "SignatureError"]
+__all__ = ["SCHEMA", "Signature", "SignatureError"]
+
+SCHEMA = "eopt.signature/1"
 
 
 class SignatureError(ValueError):
@@ -134,7 +146,7 @@ class Signature:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready mapping in the ``eopt.signature/1`` layout."""
         out: dict[str, Any] = {
-            "schema": "eopt.signature/1",
+            "schema": SCHEMA,
             "name": self.name,
             "static_power": self.static_power,
             "time": self.time,
@@ -142,62 +154,71 @@ class Signature:
             "var_time": self.var_time,
             "var_energy": self.var_energy,
             "devices": list(self.devices),
-            "workload": dict(self.workload),
+            # Free-form: a NaN there means "unknown", which JSON writes as null.
+            "workload": json_ready(dict(self.workload)),
             "impl": self.impl,
             "op_point": self.op_point.to_dict(),
-            "meta": dict(self.meta),
+            "meta": json_ready(dict(self.meta)),
         }
         if self.term != self.name:
             out["term"] = self.term
         return out
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Signature:
-        """Inverse of :meth:`to_dict`.
+    def from_dict(cls, data: Any, where: Where | None = None) -> Signature:
+        """Inverse of :meth:`to_dict`, validating every field as a library file must.
+
+        Every field is checked (types, finite numbers ≥ 0, no unknown fields); a
+        library adds that a measured element takes time (see
+        :func:`eopt.calculus.library.read_library`).
+
+        Args:
+            data: The parsed object.
+            where: Its place in a file (the errors name it); errors are
+                :class:`SignatureError` naming ``<signature>`` when not given.
 
         Raises:
-            SignatureError: naming the missing or invalid field.
+            SignatureError: (or ``where``'s error type) naming the missing or invalid
+                field.
         """
-        if not isinstance(data, Mapping):
-            raise SignatureError(f"expected a JSON object, got {type(data).__name__}")
-        schema = data.get("schema", "eopt.signature/1")
-        if schema != "eopt.signature/1":
-            raise SignatureError(f"field 'schema': expected 'eopt.signature/1', got {schema!r}")
+        at = where if where is not None else Where("<signature>", error=SignatureError)
+        data = mapping(data, at, what="a JSON object")
+        schema = data.get("schema", SCHEMA)
+        if schema != SCHEMA:
+            (at / "schema").fail(f"expected {SCHEMA!r}, got {schema!r}")
         for key in ("name", "static_power", "time", "dynamic_energy"):
-            if key not in data:
-                raise SignatureError(f"field {key!r} is missing")
+            required(data, key, at)
         known = {
             "schema", "name", "static_power", "time", "dynamic_energy", "var_time",
             "var_energy", "devices", "device", "workload", "impl", "op_point", "meta", "term",
         }  # fmt: skip
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise SignatureError(f"unknown field(s) {unknown}")
+        no_unknown(data, known, at)
+        name = data["name"]
+        if not isinstance(name, str) or not name:
+            (at / "name").fail(f"expected a non-empty element name, got {name!r}")
         devices = data.get("devices", data.get("device", ()))
-        if isinstance(devices, str):
-            devices = (devices,)
-        if not isinstance(devices, (list, tuple)):
-            raise SignatureError("field 'devices' must be a list of device names")
-        for key in ("workload", "meta"):
-            if not isinstance(data.get(key, {}), Mapping):
-                raise SignatureError(f"field {key!r} must be an object")
+        if isinstance(devices, (str, tuple)):
+            devices = [devices] if isinstance(devices, str) else list(devices)
+        devices = sequence(devices, at / "devices", what="a list of device names")
+        for i, device in enumerate(devices):
+            string(device, at / "devices" / i, what="a device name")
         try:
             op_point = OperatingPoint.from_dict(data.get("op_point"))
         except ValueError as exc:
-            raise SignatureError(f"field 'op_point': {exc}") from None
+            at.fail(str(exc))
         return cls(
-            name=data["name"],
-            static_power=data["static_power"],
-            time=data["time"],
-            dynamic_energy=data["dynamic_energy"],
-            var_time=data.get("var_time", 0.0),
-            var_energy=data.get("var_energy", 0.0),
-            devices=tuple(devices),
-            workload=data.get("workload", {}),
-            impl=str(data.get("impl", "default")),
+            name=name,
+            static_power=number(data["static_power"], at / "static_power", unit="W", min=0),
+            time=number(data["time"], at / "time", unit="s", min=0),
+            dynamic_energy=number(data["dynamic_energy"], at / "dynamic_energy", unit="J", min=0),
+            var_time=number(data.get("var_time", 0.0), at / "var_time", unit="s²", min=0),
+            var_energy=number(data.get("var_energy", 0.0), at / "var_energy", unit="J²", min=0),
+            devices=tuple(str(d) for d in devices),
+            workload=mapping(data.get("workload", {}), at / "workload"),
+            impl=string(data.get("impl", "default"), at / "impl", what="an implementation name"),
             op_point=op_point,
-            meta=data.get("meta", {}),
-            term=str(data.get("term", "")),
+            meta=mapping(data.get("meta", {}), at / "meta"),
+            term=string(data["term"], at / "term", what="a term") if "term" in data else "",
         )
 
     def __str__(self) -> str:

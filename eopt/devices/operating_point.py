@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["OperatingPoint"]
+
+_DEVICE_FIELDS = ("sm_clock_mhz", "mem_clock_mhz", "power_limit_w")
+_UNITS = {"sm_clock_mhz": "MHz", "mem_clock_mhz": "MHz", "power_limit_w": "W"}
 
 
 @dataclass(frozen=True)
@@ -30,10 +34,23 @@ class OperatingPoint:
     extras: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name in ("sm_clock_mhz", "mem_clock_mhz", "power_limit_w"):
+        for name in _DEVICE_FIELDS:
             value = getattr(self, name)
-            if value is not None and not (value > 0):
-                raise ValueError(f"OperatingPoint.{name} must be positive, got {value!r}")
+            if value is None:
+                continue
+            # A clock of inf or NaN would be "positive" to a comparison, then print as
+            # invalid JSON and reach NVML: the one check lives here, for files and code.
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(
+                    f"OperatingPoint.{name} must be a number ({_UNITS[name]}), got {value!r}"
+                )
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(
+                    f"OperatingPoint.{name} must be a finite number > 0 ({_UNITS[name]}), "
+                    f"got {value!r}"
+                )
+        if not isinstance(self.extras, Mapping):
+            raise ValueError(f"OperatingPoint.extras must be a mapping, got {self.extras!r}")
         object.__setattr__(self, "extras", dict(self.extras))
 
     def __hash__(self) -> int:
@@ -76,26 +93,41 @@ class OperatingPoint:
         """Inverse of :meth:`to_dict`; unknown keys are rejected.
 
         Raises:
-            ValueError: on unknown keys or non-numeric values.
+            ValueError: on unknown keys, non-numeric or non-finite values, values ≤ 0, or
+                extras that are not an object; the message names the field
+                (``op_point.sm_clock_mhz: …``).
         """
         if data is None:
             return cls()
         if not isinstance(data, Mapping):
             raise ValueError(f"op_point must be an object, got {type(data).__name__}")
-        known = {"sm_clock_mhz", "mem_clock_mhz", "power_limit_w", "extras"}
+        known = {*_DEVICE_FIELDS, "extras"}
         unknown = set(data) - known
         if unknown:
             raise ValueError(
-                f"op_point has unknown key(s) {sorted(unknown)}; expected {sorted(known)}"
+                f"op_point has unknown key(s) {sorted(map(str, unknown))}; expected {sorted(known)}"
             )
         kwargs: dict[str, Any] = {}
-        for name in ("sm_clock_mhz", "mem_clock_mhz", "power_limit_w"):
+        for name in _DEVICE_FIELDS:
             value = data.get(name)
-            if value is not None:
-                if isinstance(value, bool) or not isinstance(value, (int, float)):
-                    raise ValueError(f"op_point.{name} must be a number, got {value!r}")
-                kwargs[name] = float(value)
-        extras = data.get("extras") or {}
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(
+                    f"op_point.{name} must be a number ({_UNITS[name]}), got {value!r}"
+                )
+            try:
+                number = float(value)
+            except OverflowError:
+                number = math.inf
+            if not (math.isfinite(number) and number > 0):
+                raise ValueError(
+                    f"op_point.{name} must be a finite number > 0 ({_UNITS[name]}), got {value!r}"
+                )
+            kwargs[name] = number
+        extras = data.get("extras")
+        if extras is None:
+            extras = {}
         if not isinstance(extras, Mapping):
-            raise ValueError("op_point.extras must be an object")
+            raise ValueError("op_point.extras must be an object (name → value)")
         return cls(**kwargs, extras=dict(extras))

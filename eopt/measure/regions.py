@@ -204,7 +204,7 @@ class RegionRecorder:
             # Line-buffered append: each line reaches the file when the region closes, so a
             # crashing child still leaves its finished regions behind.
             self._sink = self._sink_path.open("a", encoding="utf-8", buffering=1)  # type: ignore[union-attr]
-        self._sink.write(json.dumps(window.to_dict()) + "\n")
+        self._sink.write(json.dumps(window.to_dict(), allow_nan=False) + "\n")
 
     def close(self) -> None:
         """Close the sink file (regions recorded later reopen it)."""

@@ -18,7 +18,6 @@ the runs sample the region at different phases (the field note's 5-ms shifts).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
@@ -29,9 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from eopt.devices.base import Device
+from eopt.fileformats import atomic_write_text, dumps_json, json_ready
 from eopt.measure.command import measure_command
 from eopt.measure.meter import MeterMethod
-from eopt.measure.trace_io import atomic_write_text, write_dashboard
+from eopt.measure.trace_io import write_dashboard
 
 __all__ = [
     "RUNSET_SCHEMA",
@@ -217,4 +217,4 @@ def _write_index(
             for r in runs
         ],
     }
-    atomic_write_text(out / "index.json", json.dumps(data, indent=2) + "\n")
+    atomic_write_text(out / "index.json", dumps_json(json_ready(data), str(out), indent=2) + "\n")

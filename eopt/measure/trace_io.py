@@ -33,7 +33,6 @@ import json
 import math
 import os
 import re
-import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from eopt.fileformats import atomic_write_text, dumps_json, json_ready
 from eopt.measure.traces import (
     CATEGORIES,
     DOMAINS,
@@ -613,19 +613,6 @@ def read_runs(path: str | os.PathLike[str]) -> list[Trace]:
 
 
 # Writing ----------------------------------------------------------------------------------
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a new temporary file in its folder, then rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_dashboard(
     trace: Trace,
     folder: str | os.PathLike[str],
@@ -674,5 +661,6 @@ def write_dashboard(
     if events:
         atomic_write_text(out / "events.csv", ev.getvalue())
     atomic_write_text(out / "power_samples.csv", pw.getvalue())
-    atomic_write_text(out / "metadata.json", json.dumps(meta, indent=2, default=str) + "\n")
+    text = dumps_json(json_ready(meta), str(out / "metadata.json"), indent=2, default=str)
+    atomic_write_text(out / "metadata.json", text + "\n")
     return out

@@ -19,13 +19,13 @@ plan energy Σ_i (s̄·t_i + d_i) + s̄·(S·T − Σ_i t_i) is then exactly Per
 
 from __future__ import annotations
 
-import csv
 import math
 import os
 from pathlib import Path
 
 from eopt.calculus.signature import Signature
 from eopt.devices.operating_point import OperatingPoint
+from eopt.fileformats import Where, guard, read_csv, refuse_other_kind
 from eopt.plan.planfile import PlanError
 
 __all__ = ["COLUMNS", "ProfileError", "read_perseus_profile", "stage_count"]
@@ -62,68 +62,63 @@ def read_perseus_profile(
         isinstance(idle_power_w, (int, float)) and math.isfinite(idle_power_w) and idle_power_w >= 0
     ):
         raise ProfileError(f"idle power must be a number of watts ≥ 0, got {idle_power_w!r}")
+    at = Where(str(p), error=ProfileError)
     try:
-        handle = p.open(encoding="utf-8", newline="")
-    except FileNotFoundError:
-        raise ProfileError(f"{p}: no such profile file") from None
-    except OSError as exc:
-        raise ProfileError(f"{p}: cannot read ({exc.strerror})") from None
+        with guard(at, what="a stage profile"):
+            return _read(p, at, float(idle_power_w), name_format)
+    except ProfileError:
+        refuse_other_kind(p, ("profile",), at)
+        raise
+
+
+def _read(p: Path, at: Where, idle_power_w: float, name_format: str) -> list[Signature]:
+    table = read_csv(p, at, what="a stage profile")
+    header = table.header
+    missing = [c for c in COLUMNS if c not in header]
+    if missing:
+        at.at_line(1).fail(f"missing column(s) {missing}; expected the header {','.join(COLUMNS)}")
+    col = {c: header.index(c) for c in COLUMNS}
     sigs: list[Signature] = []
     seen: dict[tuple[int, str, float], int] = {}
-    with handle:
-        reader = csv.reader(handle)
-        header = next(reader, None)
-        if header is None:
-            raise ProfileError(f"{p}: empty file; expected the header {','.join(COLUMNS)}")
-        header = [h.strip() for h in header]
-        missing = [c for c in COLUMNS if c not in header]
-        if missing:
+    for line, row in table.rows:
+        where = f"{p}:{line}"
+        if len(row) != len(header):
+            raise ProfileError(f"{where}: expected {len(header)} fields, found {len(row)}")
+        stage = _int(row[col["stage"]], where, "stage")
+        kind = row[col["instruction"]].strip().lower()
+        if kind not in INSTRUCTIONS:
             raise ProfileError(
-                f"{p}:1: missing column(s) {missing}; expected the header {','.join(COLUMNS)}"
+                f"{where}: instruction {row[col['instruction']]!r} is not one of "
+                f"{list(INSTRUCTIONS)}"
             )
-        col = {c: header.index(c) for c in COLUMNS}
-        for row in reader:
-            line = reader.line_num
-            if not row or all(not cell.strip() for cell in row):
-                continue
-            where = f"{p}:{line}"
-            if len(row) != len(header):
-                raise ProfileError(f"{where}: expected {len(header)} fields, found {len(row)}")
-            stage = _int(row[col["stage"]], where, "stage")
-            kind = row[col["instruction"]].strip().lower()
-            if kind not in INSTRUCTIONS:
-                raise ProfileError(
-                    f"{where}: instruction {row[col['instruction']]!r} is not one of "
-                    f"{list(INSTRUCTIONS)}"
-                )
-            freq = _float(row[col["frequency"]], where, "frequency (MHz)", positive=True)
-            time_s = _float(row[col["time"]], where, "time (s)", positive=True)
-            energy = _float(row[col["energy"]], where, "energy (J)", positive=False)
-            key = (stage, kind, freq)
-            if key in seen:
-                raise ProfileError(
-                    f"{where}: duplicate row for stage {stage} {kind} at {freq:g} MHz "
-                    f"(first at line {seen[key]}); keep one measurement per clock"
-                )
-            seen[key] = line
-            dynamic = energy - idle_power_w * time_s
-            sigs.append(
-                Signature(
-                    name=name_format.format(stage=stage, kind=kind),
-                    static_power=float(idle_power_w),
-                    time=time_s,
-                    dynamic_energy=max(0.0, dynamic),
-                    workload={"stage": stage, "instruction": kind},
-                    op_point=OperatingPoint(sm_clock_mhz=freq),
-                    meta={
-                        "source": "perseus-profile",
-                        "file": str(p),
-                        "line": line,
-                        "measured_energy_j": energy,
-                        "clamped": dynamic < 0,
-                    },
-                )
+        freq = _float(row[col["frequency"]], where, "frequency (MHz)", positive=True)
+        time_s = _float(row[col["time"]], where, "time (s)", positive=True)
+        energy = _float(row[col["energy"]], where, "energy (J)", positive=False)
+        key = (stage, kind, freq)
+        if key in seen:
+            raise ProfileError(
+                f"{where}: duplicate row for stage {stage} {kind} at {freq:g} MHz "
+                f"(first at line {seen[key]}); keep one measurement per clock"
             )
+        seen[key] = line
+        dynamic = energy - idle_power_w * time_s
+        sigs.append(
+            Signature(
+                name=name_format.format(stage=stage, kind=kind),
+                static_power=idle_power_w,
+                time=time_s,
+                dynamic_energy=max(0.0, dynamic),
+                workload={"stage": stage, "instruction": kind},
+                op_point=OperatingPoint(sm_clock_mhz=freq),
+                meta={
+                    "source": "perseus-profile",
+                    "file": str(p),
+                    "line": line,
+                    "measured_energy_j": energy,
+                    "clamped": dynamic < 0,
+                },
+            )
+        )
     if not sigs:
         raise ProfileError(f"{p}: no data rows after the header")
     return sigs

@@ -43,8 +43,6 @@ unknown element 'F9'``) and, for a cycle, the elements on it.
 
 from __future__ import annotations
 
-import json
-import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -53,6 +51,26 @@ from typing import Any
 
 import networkx as nx
 import yaml
+
+from eopt.fileformats import (
+    FileFormatError,
+    Where,
+    atomic_write_text,
+    check_finite,
+    dumps_json,
+    guard,
+    integer,
+    mapping,
+    no_unknown,
+    number,
+    parse_json,
+    parse_yaml,
+    read_text,
+    refuse_other_kind,
+    required,
+    sequence,
+    string,
+)
 
 __all__ = [
     "SCHEMA",
@@ -67,7 +85,7 @@ __all__ = [
 SCHEMA = "eopt.plan/1"
 
 
-class PlanError(ValueError):
+class PlanError(FileFormatError):
     """A plan that cannot be read or is inconsistent; names the file and the place."""
 
 
@@ -238,128 +256,92 @@ class Plan:
         Raises:
             PlanError: naming ``source`` and the offending place.
         """
-        if not isinstance(data, Mapping):
-            raise PlanError(f"{source}: expected a mapping at the top level (devices, elements)")
+        at = Where(source, error=PlanError)
+        data = mapping(data, at, what="a mapping at the top level (devices, elements)")
         known = {"schema", "name", "libraries", "deadline", "devices", "elements", "groups", "meta"}
-        _no_unknown(data, known, source)
+        no_unknown(data, known, at)
         schema = data.get("schema", SCHEMA)
         if schema != SCHEMA:
-            raise PlanError(f"{source}: schema: expected {SCHEMA!r}, got {schema!r}")
+            (at / "schema").fail(f"expected {SCHEMA!r}, got {schema!r}")
         devices = tuple(
-            _device(d, f"{source}: devices[{i}]")
-            for i, d in enumerate(_seq(data, "devices", source))
+            _device(d, at / "devices" / i) for i, d in enumerate(_seq(data, "devices", at))
         )
         elements = tuple(
-            _element(e, f"{source}: elements[{i}]")
-            for i, e in enumerate(_seq(data, "elements", source))
+            _element(e, at / "elements" / i) for i, e in enumerate(_seq(data, "elements", at))
         )
         groups = []
-        for i, g in enumerate(data.get("groups") or []):
+        raw_groups = data.get("groups")
+        for i, g in enumerate(sequence([] if raw_groups is None else raw_groups, at / "groups")):
             if not isinstance(g, list) or not all(isinstance(x, str) for x in g):
-                raise PlanError(f"{source}: groups[{i}]: expected a list of element names")
+                (at / "groups" / i).fail("expected a list of element names")
             groups.append(tuple(g))
         libraries = data.get("libraries") or []
         if isinstance(libraries, str):
             libraries = [libraries]
         if not isinstance(libraries, list) or not all(isinstance(x, str) for x in libraries):
-            raise PlanError(f"{source}: libraries: expected a list of file paths")
+            (at / "libraries").fail("expected a list of file paths")
         deadline = data.get("deadline")
         if deadline is not None:
-            deadline = _positive(deadline, f"{source}: deadline", "seconds")
+            deadline = number(deadline, at / "deadline", unit="s", positive=True)
         name = data.get("name")
-        meta = data.get("meta") or {}
-        if not isinstance(meta, Mapping):
-            raise PlanError(f"{source}: meta: expected a mapping")
+        if name is not None:
+            name = string(name, at / "name", what="a plan name")
+        meta = data.get("meta")
+        meta = {} if meta is None else mapping(meta, at / "meta", what="a mapping")
         return cls(
             devices=devices,
             elements=elements,
             groups=tuple(groups),
             deadline=deadline,
             libraries=tuple(libraries),
-            name=None if name is None else str(name),
+            name=name,
             source=source if source != "<plan>" else None,
             meta=dict(meta),
         )
 
 
 # Field parsers ----------------------------------------------------------------------------
-def _no_unknown(data: Mapping[str, Any], known: set[str], where: str) -> None:
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise PlanError(f"{where}: unknown field(s) {unknown}; expected some of {sorted(known)}")
+def _seq(data: Mapping[str, Any], key: str, at: Where) -> Sequence[Any]:
+    value = required(data, key, at)
+    if isinstance(value, list) and not value:
+        at.fail(f"field {key!r} must be a non-empty list")
+    return sequence(value, at / key)
 
 
-def _seq(data: Mapping[str, Any], key: str, where: str) -> Sequence[Any]:
-    value = data.get(key)
-    if value is None:
-        raise PlanError(f"{where}: field {key!r} is missing")
-    if not isinstance(value, list) or not value:
-        raise PlanError(f"{where}: field {key!r} must be a non-empty list")
-    return value
-
-
-def _str(data: Mapping[str, Any], key: str, where: str) -> str:
-    if key not in data:
-        raise PlanError(f"{where}: field {key!r} is missing")
-    value = data[key]
-    if not isinstance(value, (str, int)) or isinstance(value, bool) or str(value) == "":
-        raise PlanError(f"{where}.{key}: expected a non-empty name, got {value!r}")
-    return str(value)
-
-
-def _number(value: Any, where: str, unit: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise PlanError(f"{where}: expected a number ({unit}), got {value!r}")
-    x = float(value)
-    if not math.isfinite(x) or x < 0:
-        raise PlanError(f"{where}: expected a finite number ≥ 0 ({unit}), got {value!r}")
-    return x
-
-
-def _positive(value: Any, where: str, unit: str) -> float:
-    x = _number(value, where, unit)
-    if x <= 0:
-        raise PlanError(f"{where}: must be > 0 ({unit}), got {value!r}")
-    return x
-
-
-def _device(data: Any, where: str) -> PlanDevice:
-    if not isinstance(data, Mapping):
-        raise PlanError(f"{where}: expected a mapping with name and idle_power_w")
-    _no_unknown(data, {"name", "idle_power_w", "gpu", "transition"}, where)
-    name = _str(data, "name", where)
-    if "idle_power_w" not in data:
-        raise PlanError(
-            f"{where}: field 'idle_power_w' is missing (the device's draw while it waits, W)"
-        )
-    idle_w = _number(data["idle_power_w"], f"{where}.idle_power_w", "W")
+def _device(data: Any, at: Where) -> PlanDevice:
+    data = mapping(data, at, what="a mapping with name and idle_power_w")
+    no_unknown(data, {"name", "idle_power_w", "gpu", "transition"}, at)
+    name = string(required(data, "name", at), at / "name")
+    idle = required(data, "idle_power_w", at, hint="the device's draw while it waits, W")
+    idle_w = number(idle, at / "idle_power_w", unit="W", min=0)
     gpu = data.get("gpu")
-    if gpu is not None and (isinstance(gpu, bool) or not isinstance(gpu, int) or gpu < 0):
-        raise PlanError(f"{where}.gpu: expected a GPU index (integer ≥ 0), got {gpu!r}")
+    if gpu is not None:
+        gpu = integer(gpu, at / "gpu", min=0)
     t_s = e_j = 0.0
     transition = data.get("transition")
     if transition is not None:
-        if not isinstance(transition, Mapping):
-            raise PlanError(f"{where}.transition: expected a mapping with time_s and energy_j")
-        _no_unknown(transition, {"time_s", "energy_j"}, f"{where}.transition")
-        t_s = _number(transition.get("time_s", 0.0), f"{where}.transition.time_s", "s")
-        e_j = _number(transition.get("energy_j", 0.0), f"{where}.transition.energy_j", "J")
+        where = at / "transition"
+        transition = mapping(transition, where, what="a mapping with time_s and energy_j")
+        no_unknown(transition, {"time_s", "energy_j"}, where)
+        t_s = number(transition.get("time_s", 0.0), where / "time_s", unit="s", min=0)
+        e_j = number(transition.get("energy_j", 0.0), where / "energy_j", unit="J", min=0)
     return PlanDevice(name, idle_w, gpu, t_s, e_j)
 
 
-def _element(data: Any, where: str) -> PlanElement:
-    if not isinstance(data, Mapping):
-        raise PlanError(f"{where}: expected a mapping with name, device, type")
-    _no_unknown(data, {"name", "device", "type", "after"}, where)
+def _element(data: Any, at: Where) -> PlanElement:
+    data = mapping(data, at, what="a mapping with name, device, type")
+    no_unknown(data, {"name", "device", "type", "after"}, at)
     after = data.get("after") or []
     if isinstance(after, str):
         after = [after]
-    if not isinstance(after, list) or not all(isinstance(a, (str, int)) for a in after):
-        raise PlanError(f"{where}.after: expected a list of element names")
+    if not isinstance(after, list) or not all(
+        isinstance(a, (str, int)) and not isinstance(a, bool) for a in after
+    ):
+        (at / "after").fail("expected a list of element names")
     return PlanElement(
-        name=_str(data, "name", where),
-        device=_str(data, "device", where),
-        type=_str(data, "type", where),
+        name=string(required(data, "name", at), at / "name"),
+        device=string(required(data, "device", at), at / "device"),
+        type=string(required(data, "type", at), at / "type"),
         after=tuple(str(a) for a in after),
     )
 
@@ -484,40 +466,35 @@ def read_plan(path: str | os.PathLike[str]) -> Plan:
     """Read a plan file (``.yaml``/``.yml`` or ``.json``).
 
     Raises:
-        PlanError: naming the file and the place (line for syntax errors).
+        PlanError: naming the file and the place (line for syntax errors, the field's
+            path otherwise); a file of another eopt kind is named for what it is.
     """
     p = Path(path)
+    at = Where(str(p), error=PlanError)
     try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise PlanError(f"{p}: no such plan file") from None
-    except OSError as exc:
-        raise PlanError(f"{p}: cannot read ({exc.strerror})") from None
-    if p.suffix.lower() == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise PlanError(f"{p}:{exc.lineno}: not valid JSON ({exc.msg})") from None
-    else:
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            line = f":{mark.line + 1}" if mark is not None else ""
-            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-            raise PlanError(f"{p}{line}: not valid YAML ({problem})") from None
-    return Plan.from_dict(data, source=str(p))
+        with guard(at, what="a plan"):
+            text = read_text(p, at, what="a plan")
+            data = parse_json(text, at) if p.suffix.lower() == ".json" else parse_yaml(text, at)
+            return Plan.from_dict(data, source=str(p))
+    except PlanError:
+        refuse_other_kind(p, ("plan",), at)
+        raise
 
 
 def write_plan(path: str | os.PathLike[str], plan: Plan) -> None:
-    """Write ``plan`` as YAML (``.yaml``/``.yml``) or JSON (anything else)."""
+    """Write ``plan`` as YAML (``.yaml``/``.yml``) or JSON (anything else), atomically.
+
+    Raises:
+        ValueError: when a number of the plan is not finite (no eopt file carries one).
+    """
     p = Path(path)
     data = plan.to_dict()
     if p.suffix.lower() in (".yaml", ".yml"):
+        check_finite(data, Where(f"cannot write {p}", error=ValueError))
         text = _to_yaml(data)
     else:
-        text = json.dumps(data, indent=2) + "\n"
-    p.write_text(text, encoding="utf-8")
+        text = dumps_json(data, str(p), indent=2) + "\n"
+    atomic_write_text(p, text)
 
 
 def _to_yaml(data: Mapping[str, Any]) -> str:

@@ -8,15 +8,33 @@ interval, the certified lower bound and the optimality gap.
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import os
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from eopt.devices.operating_point import OperatingPoint
+from eopt.fileformats import (
+    FileFormatError,
+    Where,
+    atomic_write_text,
+    dumps_json,
+    guard,
+    integer,
+    json_ready,
+    mapping,
+    number,
+    optional_number,
+    parse_json,
+    read_text,
+    refuse_other_kind,
+    required,
+    sequence,
+    string,
+    within_run,
+)
 
 __all__ = [
     "SCHEMA",
@@ -31,7 +49,7 @@ __all__ = [
 SCHEMA = "eopt.schedule/1"
 
 
-class ScheduleError(ValueError):
+class ScheduleError(FileFormatError):
     """A schedule file that cannot be read; the message names the file and the place."""
 
 
@@ -230,11 +248,10 @@ class Schedule:
             },
             "lower_bound": self.lower_bound,
             "gap": self.gap,
-            "baseline": dict(self.baseline) if self.baseline is not None else None,
-            "solver": dict(self.solver),
-            "devices": [
-                {"name": d.name, "idle_power_w": d.idle_power_w, "gpu": d.gpu} for d in self.devices
-            ],
+            # Free-form: a NaN there means "unknown", which JSON writes as null.
+            "baseline": json_ready(dict(self.baseline)) if self.baseline is not None else None,
+            "solver": json_ready(dict(self.solver)),
+            "devices": [_device_dict(d) for d in self.devices],
             "elements": [
                 {
                     "name": e.name,
@@ -250,152 +267,187 @@ class Schedule:
                 }
                 for e in self.elements
             ],
-            "meta": dict(self.meta),
+            "meta": json_ready(dict(self.meta)),
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], source: str = "<schedule>") -> Schedule:
-        """Inverse of :meth:`to_dict`.
+    def from_dict(cls, data: Any, source: str = "<schedule>") -> Schedule:
+        """Inverse of :meth:`to_dict`, validating every field.
+
+        Beyond types: the makespan and every duration are > 0; energies, powers and
+        variances ≥ 0; every element lies inside [0, makespan] (up to rounding); an
+        element's dynamic part is at most its energy; the lower bound is at most the
+        predicted energy and the gap lies in [0, 1].
 
         Raises:
             ScheduleError: naming ``source`` and the offending field.
         """
-        if not isinstance(data, Mapping):
-            raise ScheduleError(f"{source}: expected a JSON object at the top level")
+        at = Where(source, error=ScheduleError)
+        data = mapping(data, at, what="a JSON object at the top level")
         if data.get("schema") != SCHEMA:
-            raise ScheduleError(
-                f"{source}: field 'schema' is {data.get('schema')!r}, expected {SCHEMA!r} "
+            (at / "schema").fail(
+                f"is {data.get('schema')!r}, expected {SCHEMA!r} "
                 "(is this a schedule written by `eopt solve`?)"
             )
+        makespan = number(required(data, "makespan", at), at / "makespan", unit="s", positive=True)
         devices = tuple(
-            DeviceInfo(
-                name=str(_req(d, "name", f"{source}: devices[{i}]")),
-                idle_power_w=_num(d, "idle_power_w", f"{source}: devices[{i}]"),
-                gpu=_opt_int(d.get("gpu"), f"{source}: devices[{i}].gpu"),
-                transition_time_s=_num(d, "transition_time_s", f"{source}: devices[{i}]")
-                if "transition_time_s" in d
-                else 0.0,
-                transition_energy_j=_num(d, "transition_energy_j", f"{source}: devices[{i}]")
-                if "transition_energy_j" in d
-                else 0.0,
-            )
-            for i, d in enumerate(_list(data, "devices", source))
+            _device(d, at / "devices" / i)
+            for i, d in enumerate(sequence(required(data, "devices", at), at / "devices"))
         )
-        names = {d.name for d in devices}
-        elements = []
-        for i, e in enumerate(_list(data, "elements", source)):
-            where = f"{source}: elements[{i}]"
-            if not isinstance(e, Mapping):
-                raise ScheduleError(f"{where}: expected an object")
-            device = str(_req(e, "device", where))
-            if device not in names:
-                raise ScheduleError(
-                    f"{where}: device {device!r} is not among the schedule's devices "
-                    f"{sorted(names)}"
-                )
-            try:
-                op_point = OperatingPoint.from_dict(e.get("op_point"))
-            except ValueError as exc:
-                raise ScheduleError(f"{where}.op_point: {exc}") from None
-            dyn = e.get("dynamic_energy")
-            elements.append(
-                ScheduledElement(
-                    name=str(_req(e, "name", where)),
-                    type=str(e.get("type", e.get("name"))),
-                    device=device,
-                    start=_num(e, "start", where),
-                    duration=_num(e, "duration", where),
-                    energy=_num(e, "energy", where),
-                    impl=str(e.get("impl", "default")),
-                    op_point=op_point,
-                    dynamic_energy=None if dyn is None else _num(e, "dynamic_energy", where),
-                    var_energy=_num(e, "var_energy", where) if "var_energy" in e else 0.0,
-                )
+        names = [d.name for d in devices]
+        if len(set(names)) != len(names):
+            dup = next(n for n in names if names.count(n) > 1)
+            (at / "devices").fail(f"device {dup!r} is listed twice")
+        elements = tuple(
+            _element(e, at / "elements" / i, set(names), makespan)
+            for i, e in enumerate(sequence(required(data, "elements", at), at / "elements"))
+        )
+        energy = mapping(
+            required(data, "energy", at), at / "energy", what="an object with 'predicted'"
+        )
+        predicted = number(
+            required(energy, "predicted", at / "energy"), at / "energy" / "predicted",
+            unit="J", min=0,
+        )  # fmt: skip
+        std = number(energy.get("std", 0.0), at / "energy" / "std", unit="J", min=0)
+        confidence = number(energy.get("confidence", 0.95), at / "energy" / "confidence")
+        if not 0 < confidence < 1:
+            (at / "energy" / "confidence").fail(f"expected a fraction in (0, 1), got {confidence}")
+        deadline = optional_number(data.get("deadline"), at / "deadline", unit="s", positive=True)
+        lower_bound = optional_number(data.get("lower_bound"), at / "lower_bound", unit="J", min=0)
+        if lower_bound is not None and lower_bound > predicted * (1 + _REL_TOL) + _ABS_TOL_J:
+            (at / "lower_bound").fail(
+                f"{lower_bound:g} J is above the predicted energy {predicted:g} J; a lower "
+                "bound on the optimum cannot exceed a feasible schedule's energy"
             )
-        energy = data.get("energy")
-        if not isinstance(energy, Mapping):
-            raise ScheduleError(f"{source}: field 'energy' must be an object with 'predicted'")
+        gap = optional_number(data.get("gap"), at / "gap", min=-_REL_TOL, max=1 + _REL_TOL)
+        solver = data.get("solver")
+        solver = {} if solver is None else mapping(solver, at / "solver")
+        baseline = data.get("baseline")
+        if baseline is not None:
+            baseline = _baseline(baseline, at / "baseline")
+        plan = data.get("plan")
+        if plan is not None:
+            plan = string(plan, at / "plan", what="the plan's path or name")
+        meta = data.get("meta")
+        meta = {} if meta is None else mapping(meta, at / "meta")
         return cls(
-            elements=tuple(elements),
+            elements=elements,
             devices=devices,
-            makespan=_num(data, "makespan", source),
-            energy=_num(energy, "predicted", f"{source}: energy"),
-            energy_std=_num(energy, "std", f"{source}: energy") if "std" in energy else 0.0,
-            deadline=_opt_num(data.get("deadline"), f"{source}: deadline"),
-            lower_bound=_opt_num(data.get("lower_bound"), f"{source}: lower_bound"),
-            gap=_opt_num(data.get("gap"), f"{source}: gap"),
-            solver=dict(data.get("solver") or {}),
-            baseline=dict(data["baseline"]) if data.get("baseline") else None,
-            plan=data.get("plan"),
-            confidence=float(energy.get("confidence", 0.95)),
-            meta=dict(data.get("meta") or {}),
+            makespan=makespan,
+            energy=predicted,
+            energy_std=std,
+            deadline=deadline,
+            lower_bound=lower_bound,
+            gap=None if gap is None else min(1.0, max(0.0, gap)),
+            solver=dict(solver),
+            baseline=baseline,
+            plan=plan,
+            confidence=confidence,
+            meta=dict(meta),
         )
+
+
+# Rounding allowances: a lower bound from an LP and a predicted energy from a sum agree
+# to about 1e-9 relative when they are equal; anything beyond is a wrong file.
+_REL_TOL = 1e-6
+_ABS_TOL_J = 1e-9
 
 
 def _device_dict(d: DeviceInfo) -> dict[str, Any]:
     out: dict[str, Any] = {"name": d.name, "idle_power_w": d.idle_power_w, "gpu": d.gpu}
+    # Written only where a device pays them, so files without them stay as they were.
     if d.transition_time_s or d.transition_energy_j:
         out["transition_time_s"] = d.transition_time_s
         out["transition_energy_j"] = d.transition_energy_j
     return out
 
 
-def _list(data: Mapping[str, Any], key: str, where: str) -> Sequence[Any]:
-    value = data.get(key)
-    if not isinstance(value, list):
-        raise ScheduleError(f"{where}: field {key!r} must be a list")
-    return value
+def _device(data: Any, at: Where) -> DeviceInfo:
+    data = mapping(data, at, what="an object with name and idle_power_w")
+    gpu = data.get("gpu")
+    return DeviceInfo(
+        name=string(required(data, "name", at), at / "name", what="a device name"),
+        idle_power_w=number(
+            required(data, "idle_power_w", at), at / "idle_power_w", unit="W", min=0
+        ),
+        gpu=None if gpu is None else integer(gpu, at / "gpu", min=0),
+        transition_time_s=number(
+            data.get("transition_time_s", 0.0), at / "transition_time_s", unit="s", min=0
+        ),
+        transition_energy_j=number(
+            data.get("transition_energy_j", 0.0), at / "transition_energy_j", unit="J", min=0
+        ),
+    )
 
 
-def _req(data: Mapping[str, Any], key: str, where: str) -> Any:
-    if key not in data:
-        raise ScheduleError(f"{where}: field {key!r} is missing")
-    return data[key]
+def _element(data: Any, at: Where, devices: set[str], makespan: float) -> ScheduledElement:
+    data = mapping(data, at, what="an object")
+    name = string(required(data, "name", at), at / "name", what="an element name")
+    at = replace(at, path=f"{at.path} ({name})")
+    device = string(required(data, "device", at), at / "device", what="a device name")
+    if device not in devices:
+        (at / "device").fail(
+            f"device {device!r} is not among the schedule's devices {sorted(devices)}"
+        )
+    try:
+        op_point = OperatingPoint.from_dict(data.get("op_point"))
+    except ValueError as exc:
+        at.fail(str(exc))
+    start = number(required(data, "start", at), at / "start", unit="s")
+    duration = number(required(data, "duration", at), at / "duration", unit="s", positive=True)
+    start = within_run(start, start + duration, makespan, at, run_name="makespan")
+    energy = number(required(data, "energy", at), at / "energy", unit="J", min=0)
+    dyn = optional_number(data.get("dynamic_energy"), at / "dynamic_energy", unit="J", min=0)
+    if dyn is not None and dyn > energy * (1 + _REL_TOL) + _ABS_TOL_J:
+        (at / "dynamic_energy").fail(
+            f"{dyn:g} J is more than the element's energy {energy:g} J (E = s·T + d ≥ d)"
+        )
+    return ScheduledElement(
+        name=name,
+        type=string(data.get("type", name), at / "type", what="an element type"),
+        device=device,
+        start=start,
+        duration=duration,
+        energy=energy,
+        impl=string(data.get("impl", "default"), at / "impl", what="an implementation name"),
+        op_point=op_point,
+        dynamic_energy=dyn,
+        var_energy=number(data.get("var_energy", 0.0), at / "var_energy", unit="J²", min=0),
+    )
 
 
-def _num(data: Mapping[str, Any], key: str, where: str) -> float:
-    value = _req(data, key, where)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        raise ScheduleError(f"{where}: field {key!r} must be a number, got {value!r}")
-    if value < 0:
-        raise ScheduleError(f"{where}: field {key!r} must be ≥ 0, got {value}")
-    return float(value)
-
-
-def _opt_num(value: Any, where: str) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ScheduleError(f"{where}: must be a number or null, got {value!r}")
-    return float(value)
-
-
-def _opt_int(value: Any, where: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ScheduleError(f"{where}: must be a GPU index (integer ≥ 0) or null, got {value!r}")
-    return value
+def _baseline(data: Any, at: Where) -> dict[str, Any]:
+    """The all-fastest reference: its numbers, where given, are an energy and a time."""
+    data = dict(mapping(data, at, what="an object (energy, makespan, label)"))
+    for key, unit in (("energy", "J"), ("energy_j", "J"), ("makespan", "s"), ("makespan_s", "s")):
+        if data.get(key) is not None:
+            number(data[key], at / key, unit=unit, min=0, positive=unit == "s")
+    return data
 
 
 def read_schedule(path: str | os.PathLike[str]) -> Schedule:
-    """Read a schedule file.
+    """Read a schedule file (``eopt.schedule/1``), validating it (:meth:`Schedule.from_dict`).
 
     Raises:
-        ScheduleError: with the file name and the offending field.
+        ScheduleError: with the file name and the offending field; a file of another
+            eopt kind (a plan, a library …) is named for what it is.
     """
     p = Path(path)
+    at = Where(str(p), error=ScheduleError)
     try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ScheduleError(f"{p}: no such schedule file") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ScheduleError(f"{p}:{exc.lineno}: not valid JSON ({exc.msg})") from None
-    return Schedule.from_dict(data, source=str(p))
+        with guard(at, what="a schedule"):
+            return Schedule.from_dict(parse_json(read_text(p, at, what="a schedule"), at), str(p))
+    except ScheduleError:
+        refuse_other_kind(p, ("schedule",), at)
+        raise
 
 
 def write_schedule(path: str | os.PathLike[str], schedule: Schedule) -> None:
-    """Write ``schedule`` as indented JSON."""
-    Path(path).write_text(json.dumps(schedule.to_dict(), indent=2) + "\n", encoding="utf-8")
+    """Write ``schedule`` as indented strict JSON, atomically.
+
+    Raises:
+        ValueError: when a number of the schedule is not finite.
+    """
+    text = dumps_json(schedule.to_dict(), str(path), indent=2) + "\n"
+    atomic_write_text(path, text)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from eopt.devices.operating_point import OperatingPoint
 from eopt.plan.schedule import Schedule, ScheduledElement
@@ -18,6 +18,7 @@ from eopt.report.svg import (
     clock_colors,
     esc,
     fmt_num,
+    fmt_share,
     nice_ticks,
     svg_axes,
     svg_open,
@@ -69,6 +70,17 @@ def frontier_svg(
     """Time–energy plot: the frontier as a step line through its points, uncertainty
     bars, dominated points grey, the chosen point and the baseline marked."""
     scale_t = 1e3 if time_unit == "ms" else 1.0
+    # An unknown (non-finite) value has no place on the axes: such a point is left out,
+    # such a bar drawn without its ends, instead of writing x="inf" into the SVG.
+    points = [
+        replace(
+            p,
+            low_j=p.low_j if p.low_j is not None and math.isfinite(p.low_j) else None,
+            high_j=p.high_j if p.high_j is not None and math.isfinite(p.high_j) else None,
+        )
+        for p in points
+        if math.isfinite(p.time_s) and math.isfinite(p.energy_j)
+    ]
     left, right, top, bottom = MARGIN
     legend, legend_rows = _legend_frontier(points, left, width - right)
     top += 18 * legend_rows  # the legend sits above the plot area, never over data
@@ -202,9 +214,12 @@ def gantt_svg(schedule: Schedule, *, width: float = 960, row_height: float = 30)
     legend_rows = math.ceil((len(legend_keys) + 1) / per_row) if legend_keys else 0
     plot_h = row_height * max(1, len(devices))
     height = top + plot_h + 40 + 18 * legend_rows
+    deadline = schedule.deadline
+    if deadline is not None and not math.isfinite(deadline):
+        deadline = None  # "no deadline" has no place on the time axis
     horizon = max(
         schedule.makespan,
-        schedule.deadline or 0.0,
+        deadline or 0.0,
         max((e.end for e in schedule.elements), default=0.0),
     )
     x = Scale(0.0, horizon if horizon > 0 else 1.0, left, width - right)
@@ -260,11 +275,11 @@ def gantt_svg(schedule: Schedule, *, width: float = 960, row_height: float = 30)
             f'<text class="tick" x="{px:.1f}" y="{axis_y + 16:.1f}" text-anchor="middle">'
             f"{esc(fmt_num(tick))}</text>"
         )
-    if schedule.deadline is not None:
-        dx = x(schedule.deadline)
+    if deadline is not None:
+        dx = x(deadline)
         out.append(
             f'<line class="deadline" x1="{dx:.1f}" x2="{dx:.1f}" y1="{top}" y2="{axis_y}">'
-            f"<title>deadline {fmt_num(schedule.deadline)} s</title></line>"
+            f"<title>deadline {fmt_num(deadline)} s</title></line>"
         )
     out.append(
         f'<text class="axis-title" x="{(left + width - right) / 2:.1f}" y="{axis_y + 32:.1f}" '
@@ -305,7 +320,7 @@ def breakdown_svg(parts: Mapping[str, float], *, width: float = 640, height: flo
         color = palette[i % len(palette)]
         out.append(
             f'<rect x="{x0:.2f}" y="4" width="{w:.2f}" height="{height - 8}" fill="{color}">'
-            f"<title>{esc(label)}: {fmt_num(value)} J ({value / total:.1%})</title></rect>"
+            f"<title>{esc(label)}: {fmt_num(value)} J ({fmt_share(value, total)})</title></rect>"
         )
         if w > 8 * len(label) + 10:
             out.append(
@@ -325,6 +340,7 @@ def power_trace_svg(
     height: float = 260,
 ) -> str:
     """Power over time as a line, with optional shaded (name, start s, end s) regions."""
+    samples = [(t, w) for t, w in samples if math.isfinite(t) and math.isfinite(w)]
     left, right, top, bottom = MARGIN
     x = Scale.fit([t for t, _ in samples], left, width - right, pad=0.0)
     y = Scale.fit([0.0] + [w for _, w in samples], height - bottom, top)

@@ -15,6 +15,7 @@ from importlib import resources
 from pathlib import Path
 
 from eopt.calculus.signature import Signature
+from eopt.fileformats import atomic_write_text
 from eopt.plan.schedule import Schedule
 from eopt.report.breakdown import baseline_of, energy_breakdown
 from eopt.report.charts import (
@@ -25,7 +26,7 @@ from eopt.report.charts import (
     power_trace_svg,
 )
 from eopt.report.inputs import FrontierRow, Measurement
-from eopt.report.svg import esc, fmt_num
+from eopt.report.svg import esc, fmt_num, fmt_share
 
 __all__ = ["render_report", "write_report"]
 
@@ -91,10 +92,8 @@ def render_report(
 
 
 def write_report(path: str | Path, **kwargs: object) -> Path:
-    """Render the report (see :func:`render_report`) and write it to ``path``."""
-    target = Path(path)
-    target.write_text(render_report(**kwargs), encoding="utf-8")  # type: ignore[arg-type]
-    return target
+    """Render the report (see :func:`render_report`) and write it to ``path`` atomically."""
+    return atomic_write_text(path, render_report(**kwargs))  # type: ignore[arg-type]
 
 
 # Sections -----------------------------------------------------------------------------------
@@ -120,7 +119,7 @@ def _summary(schedule: Schedule) -> str:
     if schedule.lower_bound is not None:
         cards.append(_card("lower bound", f"{fmt_num(schedule.lower_bound, 6)} J"))
     if schedule.gap is not None:
-        cards.append(_card("optimality gap", f"{schedule.gap:.3%}"))
+        cards.append(_card("optimality gap", fmt_share(schedule.gap, 1.0, 3) or "unknown"))
     base = baseline_of(schedule)
     if base is not None:
         cards.append(
@@ -214,12 +213,11 @@ def _breakdown(schedule: Schedule) -> str:
     rows.append(("idle (s̄ · gaps)", b.idle_j))
     if b.transitions_j > 0:
         rows.append((f"setting changes ({b.transitions})", b.transitions_j))
-    total = b.total_j if b.total_j > 0 else math.nan
     table = ["<table><tr><th>part</th><th>energy (J)</th><th>share</th></tr>"]
     for label, value in rows:
         table.append(
             f"<tr><td>{esc(label)}</td><td>{esc(fmt_num(value, 6))}</td>"
-            f"<td>{value / total:.1%}</td></tr>"
+            f"<td>{fmt_share(value, b.total_j)}</td></tr>"
         )
     table.append(
         f'<tr class="total"><td>total</td><td>{esc(fmt_num(b.total_j, 6))}</td><td>100%</td></tr>'
@@ -346,7 +344,7 @@ def _measurement(m: Measurement) -> str:
     if m.device:
         out.append(f'<p class="note">Device: {esc(m.device)}</p>')
     if m.regions:
-        total = m.total_energy_j if m.total_energy_j > 0 else math.nan
+        total = m.total_energy_j
         exclusive = any(r.exclusive_energy_j is not None for r in m.regions)
         excl_head = "<th>energy (J, exclusive)</th>" if exclusive else ""
         out.append(
@@ -356,7 +354,7 @@ def _measurement(m: Measurement) -> str:
         for r in m.regions:
             known = math.isfinite(r.energy_j)
             energy = esc(fmt_num(r.energy_j, 6)) if known else "unknown"
-            share = f"{r.energy_j / total:.1%}" if known and math.isfinite(total) else ""
+            share = fmt_share(r.energy_j, total)
             power = esc(fmt_num(r.mean_power_w)) if known and r.time_s > 0 else ""
             excl = ""
             if exclusive:
@@ -369,7 +367,7 @@ def _measurement(m: Measurement) -> str:
             )
         pad = "<td></td>" if exclusive else ""
         if m.outside_energy_j is not None:
-            outside_share = f"{m.outside_energy_j / total:.1%}" if math.isfinite(total) else ""
+            outside_share = fmt_share(m.outside_energy_j, total)
             out.append(
                 f"<tr><td>outside every region</td><td></td>"
                 f"<td>{esc(fmt_num(m.outside_energy_j, 6))}</td>{pad}<td></td><td></td>"

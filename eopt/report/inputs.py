@@ -12,13 +12,29 @@ line or key, and what was expected.
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+from eopt.fileformats import (
+    FileFormatError,
+    Where,
+    csv_header_kind,
+    guard,
+    integer,
+    mapping,
+    number,
+    parse_json,
+    read_csv,
+    read_text,
+    refuse_other_kind,
+    required,
+    sequence,
+    string,
+    within_run,
+)
 
 __all__ = [
     "FrontierRow",
@@ -30,7 +46,7 @@ __all__ = [
 ]
 
 
-class ReportInputError(ValueError):
+class ReportInputError(FileFormatError):
     """An input file the report cannot use; the message names the file and the place."""
 
 
@@ -68,7 +84,8 @@ _ELEMENT = ("element", "name")
 _LABEL = ("label", "op_point", "status", "impl", "clock", "sm_clock_mhz")
 
 
-def _pick(header: Mapping[str, str], names: Sequence[str]) -> str | None:
+def _pick(header: Mapping[str, int], names: Sequence[str]) -> int | None:
+    """The index of the first of ``names`` in the (lower-cased) header."""
     for name in names:
         if name in header:
             return header[name]
@@ -79,25 +96,37 @@ def read_frontier_csv(path: str | Path, confidence_c: float = 1.96) -> list[Fron
     """Read a frontier table.
 
     Uncertainty bars come from explicit low/high columns, else ± ``confidence_c``·σ from a
-    standard-deviation (or variance) column.
+    standard-deviation (or variance) column. Every number read must be finite; times
+    > 0; energies, lower bounds, σ and variances ≥ 0; a lower bound at most the energy,
+    and the bar's ends around the energy.
 
     Raises:
-        ReportInputError: missing file or columns, or a cell that is not a number
-            (``file:line: column 'energy' …``).
+        ReportInputError: missing file or columns, a cell that is not a valid number
+            (``file:line: column 'energy' …``), or a file of another eopt kind.
     """
     p = Path(path)
+    at = Where(str(p), error=ReportInputError)
     try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ReportInputError(f"{p}: no such frontier file") from None
-    reader = csv.DictReader(text.splitlines())
-    if not reader.fieldnames:
-        raise ReportInputError(f"{p}: empty file; expected a CSV header with makespan,energy")
-    header = {name.strip().lower(): name for name in reader.fieldnames}
+        with guard(at, what="a frontier table"):
+            return _read_frontier(p, at, confidence_c)
+    except ReportInputError:
+        refuse_other_kind(p, ("frontier",), at)
+        raise
+
+
+def _read_frontier(p: Path, at: Where, confidence_c: float) -> list[FrontierRow]:
+    table = read_csv(p, at, what="a frontier table")
+    found = csv_header_kind(table.header)
+    if found is not None and found.key != "frontier":
+        # A profile has time and energy columns too: refuse it for what it is.
+        refuse_other_kind(p, ("frontier",), at, found)
+    header = {name.lower(): i for i, name in enumerate(table.header)}
     time_col, energy_col = _pick(header, _TIME), _pick(header, _ENERGY)
     if time_col is None or energy_col is None:
-        raise ReportInputError(
-            f"{p}:1: header {reader.fieldnames} lacks a time column ({'/'.join(_TIME[:4])}) "
+        shown = ",".join(table.header)
+        shown = shown if len(shown) <= 120 else shown[:119] + "…"
+        at.at_line(1).fail(
+            f"header {shown!r} lacks a time column ({'/'.join(_TIME[:4])}) "
             f"or an energy column ({'/'.join(_ENERGY[:2])})"
         )
     std_col, var_col = _pick(header, _STD), _pick(header, _VAR)
@@ -108,59 +137,76 @@ def read_frontier_csv(path: str | Path, confidence_c: float = 1.96) -> list[Fron
         _pick(header, _LABEL),
     )
     rows = []
-    for lineno, raw in enumerate(reader, start=2):
-        where = f"{p}:{lineno}"
-        t = _cell(raw, time_col, where, required=True)
-        e = _cell(raw, energy_col, where, required=True)
-        assert t is not None and e is not None
-        low = _cell(raw, low_col, where) if low_col else None
-        high = _cell(raw, high_col, where) if high_col else None
+    for lineno, raw in table.rows:
+        where = at.at_line(lineno)
+        if len(raw) != len(table.header):
+            where.fail(f"expected {len(table.header)} fields, found {len(raw)}")
+        cells = _Cells(table.header, raw, where)
+        t = cells.number(time_col, unit="s", positive=True)
+        e = cells.number(energy_col, unit="J", min=0)
+        assert t is not None and e is not None  # required columns are never None
+        low = cells.number(low_col, unit="J", optional=True)
+        high = cells.number(high_col, unit="J", optional=True)
         if low is None or high is None:
-            std = _cell(raw, std_col, where) if std_col else None
-            if std is None and var_col:
-                var = _cell(raw, var_col, where)
-                std = math.sqrt(var) if var is not None and var >= 0 else None
+            std = cells.number(std_col, unit="J", min=0, optional=True)
+            if std is None:
+                var = cells.number(var_col, unit="J²", min=0, optional=True)
+                std = None if var is None else math.sqrt(var)
             if std is not None:
                 low, high = e - confidence_c * std, e + confidence_c * std
+        elif not low - _tol(e) <= e <= high + _tol(e):
+            where.fail(f"the energy {e:g} J lies outside its own interval [{low:g}, {high:g}] J")
+        bound = cells.number(bound_col, unit="J", min=0, optional=True)
+        if bound is not None and bound > e + _tol(e):
+            where.fail(
+                f"column {table.header[bound_col]!r}: the lower bound {bound:g} J is above the "
+                f"energy {e:g} J; a lower bound cannot exceed the energy it bounds"
+            )
         rows.append(
             FrontierRow(
                 time_s=t,
                 energy_j=e,
                 low_j=low,
                 high_j=high,
-                lower_bound_j=_cell(raw, bound_col, where) if bound_col else None,
-                element=(raw.get(elem_col) or None) if elem_col else None,
-                label=str(raw.get(label_col) or "") if label_col else "",
+                lower_bound_j=bound,
+                element=(raw[elem_col].strip() or None) if elem_col is not None else None,
+                label=raw[label_col].strip() if label_col is not None else "",
             )
         )
     if not rows:
-        raise ReportInputError(f"{p}: no rows after the header")
+        at.fail("no rows after the header")
     return rows
 
 
-def _cell(
-    raw: Mapping[str, Any], column: str | None, where: str, required: bool = False
-) -> float | None:
-    if column is None:
-        return None
-    value = raw.get(column)
-    if value is None or str(value).strip() in ("", "nan", "None", "null"):
-        if required:
-            raise ReportInputError(f"{where}: column {column!r} is empty; expected a number")
-        return None
-    try:
-        number = float(value)
-    except ValueError:
-        raise ReportInputError(
-            f"{where}: column {column!r} is {value!r}; expected a number"
-        ) from None
-    if not math.isfinite(number):
-        if required:
-            raise ReportInputError(
-                f"{where}: column {column!r} is {value!r}; expected a finite number"
-            )
-        return None
-    return number
+def _tol(value: float) -> float:
+    """Rounding allowance for comparing numbers written with ~15 significant digits."""
+    return 1e-9 * max(1.0, abs(value))
+
+
+# Cells a CSV writer leaves empty for "unknown" (Python's csv writes None as "").
+_EMPTY = ("", "None", "null")
+
+
+class _Cells:
+    """The numeric cells of one CSV row, each checked where it is read."""
+
+    def __init__(self, header: list[str], raw: list[str], where: Where) -> None:
+        self.header, self.raw, self.where = header, raw, where
+
+    def number(self, column: int | None, *, optional: bool = False, **bounds: Any) -> float | None:
+        if column is None:
+            return None
+        name = self.header[column]
+        value = self.raw[column].strip()
+        if value in _EMPTY:
+            if optional:
+                return None
+            self.where.fail(f"column {name!r} is empty; expected a number")
+        try:
+            parsed = float(value)
+        except ValueError:
+            self.where.fail(f"column {name!r} is {value!r}; expected a number")
+        return number(parsed, replace(self.where, path=f"column {name!r}"), **bounds)
 
 
 @dataclass(frozen=True)
@@ -212,54 +258,62 @@ class Measurement:
 
 
 def read_measurement(path: str | Path) -> Measurement:
-    """Read a measurement JSON (``eopt measure --json``).
+    """Read a measurement JSON (``eopt measure --json``, or an ``eopt attribute`` JSON).
 
     Raises:
-        ReportInputError: naming the file and the key that is missing or wrong.
+        ReportInputError: naming the file and the key that is missing or wrong, or what
+            the file is when it is another eopt kind.
     """
     p = Path(path)
+    at = Where(str(p), error=ReportInputError)
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ReportInputError(f"{p}: no such measurement file") from None
-    except json.JSONDecodeError as exc:
-        raise ReportInputError(f"{p}:{exc.lineno}: not valid JSON ({exc.msg})") from None
-    if not isinstance(data, Mapping):
-        raise ReportInputError(f"{p}: expected a JSON object at the top level")
-    return measurement_from_dict(data, str(p))
+        with guard(at, what="a measurement"):
+            data = parse_json(read_text(p, at, what="a measurement"), at)
+            return measurement_from_dict(data, str(p))
+    except ReportInputError:
+        refuse_other_kind(p, ("measurement", "attribution"), at)
+        raise
 
 
-def measurement_from_dict(data: Mapping[str, Any], source: str = "<measurement>") -> Measurement:
-    """Build a :class:`Measurement` from a mapping; see :func:`read_measurement`."""
-    total = data.get("total") if isinstance(data.get("total"), Mapping) else data
-    energy = _num_key(total, ("energy_j", "total_energy_j", "energy"), f"{source}: total")
-    duration = _num_key(total, ("time_s", "total_time_s", "duration_s", "time"), f"{source}: total")
+def measurement_from_dict(data: Any, source: str = "<measurement>") -> Measurement:
+    """Build a :class:`Measurement` from a mapping; see :func:`read_measurement`.
+
+    Checks: the run's energy ≥ 0 and time > 0; per region, energy ≥ 0 (or null:
+    unknown), time ≥ 0, and one call no larger than the whole run; samples of finite
+    times and powers ≥ 0; timed events inside the run.
+
+    Raises:
+        ReportInputError: naming ``source`` and the key.
+    """
+    at = Where(source, error=ReportInputError)
+    data = mapping(data, at, what="a JSON object at the top level")
+    nested = isinstance(data.get("total"), Mapping)  # {"total": {"energy_j", "time_s"}}
+    total, at_total = (data["total"], at / "total") if nested else (data, at)
+    energy = _num_key(total, ("energy_j", "total_energy_j", "energy"), at_total, min=0)
+    duration = _num_key(
+        total, ("time_s", "total_time_s", "duration_s", "time"), at_total, positive=True
+    )
     regions_raw = data.get("regions", [])
     if isinstance(regions_raw, Mapping):  # {name: {...}}
-        regions_raw = [{"name": k, **v} for k, v in regions_raw.items() if isinstance(v, Mapping)]
-    if not isinstance(regions_raw, list):
-        raise ReportInputError(f"{source}: 'regions' must be a list of objects")
-    regions = []
-    for i, r in enumerate(regions_raw):
-        where = f"{source}: regions[{i}]"
-        if not isinstance(r, Mapping) or not ("name" in r or "region" in r):
-            raise ReportInputError(f"{where}: expected an object with 'region' (its name)")
-        regions.append(
-            Region(
-                name=str(r.get("region", r.get("name"))),
-                energy_j=_num_key(r, ("energy_j", "energy", "inclusive_energy_j"), where),
-                time_s=_num_key(r, ("time_s", "time", "inclusive_time_s"), where),
-                calls=int(r.get("calls", r.get("count", 1)) or 1),
-                depth=int(r.get("depth", 0) or 0),
-            )
-        )
+        regions_raw = [
+            {"name": k, **mapping(v, at / "regions" / str(k))} for k, v in regions_raw.items()
+        ]
+    regions = tuple(
+        _region(r, at / "regions" / i, energy, duration)
+        for i, r in enumerate(sequence(regions_raw, at / "regions", what="a list of objects"))
+    )
     outside = None
     for key in ("outside_energy_j", "outside_j", "outside"):
-        if key in data and data[key] is not None:
-            outside = _num_key(data, (key,), source)
+        if data.get(key) is not None:
+            # Rounding of total − Σ regions may leave a hair below 0: that is 0.
+            raw = _num_key(data, (key,), at, min=-_tol(energy))
+            outside = max(0.0, raw)
             break
     samples_raw = data.get("samples", data.get("power_trace", data.get("power", [])))
-    samples = _samples(samples_raw, source)
+    samples = _samples(samples_raw, at / "samples")
+    for key in ("events", "region_events"):
+        if data.get(key) is not None:
+            _check_events(data[key], at / key, duration)
     device = data.get("device", "")
     if isinstance(device, Mapping):
         device = " ".join(str(v) for v in device.values())
@@ -268,7 +322,7 @@ def measurement_from_dict(data: Mapping[str, Any], source: str = "<measurement>"
     return Measurement(
         total_energy_j=energy,
         total_time_s=duration,
-        regions=tuple(regions),
+        regions=regions,
         outside_energy_j=outside,
         samples=samples,
         device=str(device or ""),
@@ -276,42 +330,75 @@ def measurement_from_dict(data: Mapping[str, Any], source: str = "<measurement>"
     )
 
 
-def _samples(raw: Any, source: str) -> tuple[tuple[float, float], ...]:
+def _region(r: Any, at: Where, run_energy: float, run_time: float) -> Region:
+    r = mapping(r, at, what="an object with 'region' (its name)")
+    if "name" not in r and "region" not in r:
+        at.fail("expected an object with 'region' (its name)")
+    name = string(r.get("region", r.get("name")), at / "name", what="a region name")
+    energy_keys = ("energy_j", "energy", "inclusive_energy_j")
+    if any(k in r for k in energy_keys) and all(r.get(k) is None for k in energy_keys if k in r):
+        energy = math.nan  # null: unknown (a region outside the power trace)
+    else:
+        energy = _num_key(r, energy_keys, at, min=0)
+    time_s = _num_key(r, ("time_s", "time", "inclusive_time_s"), at, min=0)
+    calls_raw = r.get("calls", r.get("count"))
+    calls = 1 if calls_raw is None else integer(calls_raw, at / "calls", min=1)
+    depth_raw = r.get("depth")
+    depth = 0 if depth_raw is None else integer(depth_raw, at / "depth", min=0)
+    # Calls of one region may overlap (threads), so only one call is bounded by the run.
+    if time_s / calls > run_time + _tol(run_time):
+        at.fail(
+            f"region {name!r} takes {time_s:g} s over {calls} call(s), longer than the whole "
+            f"run ({run_time:g} s)"
+        )
+    if energy / calls > run_energy + _tol(run_energy):  # NaN (unknown) compares False
+        at.fail(
+            f"region {name!r} spends {energy:g} J over {calls} call(s), more than the whole "
+            f"run ({run_energy:g} J)"
+        )
+    return Region(name=name, energy_j=energy, time_s=time_s, calls=calls, depth=depth)
+
+
+def _check_events(raw: Any, at: Where, run_time: float) -> None:
+    """Timed region calls (for the trace) must lie inside the run."""
+    for i, item in enumerate(sequence(raw, at, what="a list of timed events")):
+        where = at / i
+        item = mapping(item, where, what="an object with start_s and end_s")
+        start = number(required(item, "start_s", where), where / "start_s", unit="s")
+        end = number(required(item, "end_s", where), where / "end_s", unit="s")
+        if end < start:
+            (where / "end_s").fail(f"the event ends ({end:g} s) before it starts ({start:g} s)")
+        within_run(start, end, run_time, where, run_name="run's duration")
+
+
+def _samples(raw: Any, at: Where) -> tuple[tuple[float, float], ...]:
     if raw is None:
         return ()
     if isinstance(raw, Mapping):  # {"time_s": [...], "power_w": [...]}
         times = raw.get("time_s", raw.get("t", []))
         powers = raw.get("power_w", raw.get("p", []))
         if not isinstance(times, list) or not isinstance(powers, list) or len(times) != len(powers):
-            raise ReportInputError(
-                f"{source}: samples need equal-length 'time_s' and 'power_w' lists"
-            )
+            at.fail("samples need equal-length 'time_s' and 'power_w' lists")
         raw = list(zip(times, powers, strict=True))
-    if not isinstance(raw, list):
-        raise ReportInputError(f"{source}: 'samples' must be a list")
     out = []
-    for i, s in enumerate(raw):
+    for i, s in enumerate(sequence(raw, at, what="a list of [time_s, power_w]")):
         if isinstance(s, Mapping):
             t = s.get("time_s", s.get("t"))
             w = s.get("power_w", s.get("p"))
         elif isinstance(s, (list, tuple)) and len(s) >= 2:
             t, w = s[0], s[1]
         else:
-            raise ReportInputError(f"{source}: samples[{i}] must be [time_s, power_w]")
-        if not isinstance(t, (int, float)) or not isinstance(w, (int, float)):
-            raise ReportInputError(f"{source}: samples[{i}] has non-numeric values {s!r}")
-        out.append((float(t), float(w)))
+            (at / i).fail("expected [time_s, power_w]")
+        time_s = number(t, at / i / "time_s", unit="s")
+        out.append((time_s, number(w, at / i / "power_w", unit="W", min=0)))
     if out:
         t0 = out[0][0]
         out = [(t - t0, w) for t, w in out]
     return tuple(out)
 
 
-def _num_key(data: Mapping[str, Any], keys: Sequence[str], where: str) -> float:
+def _num_key(data: Mapping[str, Any], keys: Sequence[str], at: Where, **bounds: Any) -> float:
     for key in keys:
         if key in data:
-            value = data[key]
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ReportInputError(f"{where}: {key!r} must be a number, got {value!r}")
-            return float(value)
-    raise ReportInputError(f"{where}: missing {keys[0]!r}")
+            return number(data[key], at / key, **bounds)
+    at.fail(f"missing {keys[0]!r}")

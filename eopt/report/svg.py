@@ -16,6 +16,7 @@ __all__ = [
     "clock_colors",
     "esc",
     "fmt_num",
+    "fmt_share",
     "nice_ticks",
     "svg_axes",
     "svg_open",
@@ -43,8 +44,12 @@ def esc(text: object) -> str:
 def fmt_num(value: float, digits: int = 4) -> str:
     """Compact number for labels, ``digits`` significant digits, plain notation between
     0.001 and 10⁷ (``11006.3`` → ``11,006``, ``1410.0`` → ``1410``), else scientific."""
-    if value == 0 or not math.isfinite(value):
-        return f"{value:g}"
+    if not math.isfinite(value):
+        # Readers refuse NaN and infinity in files; what remains is an unknown value
+        # (a region outside the power trace), never a number to print as "nan".
+        return "unknown"
+    if value == 0:
+        return "0"
     magnitude = abs(value)
     if not 1e-3 <= magnitude < 1e7:
         return f"{value:.{digits}g}"
@@ -54,6 +59,14 @@ def fmt_num(value: float, digits: int = 4) -> str:
     if "." in text:
         text = text.rstrip("0").rstrip(".")
     return text
+
+
+def fmt_share(part: float, whole: float, digits: int = 1) -> str:
+    """``part / whole`` as a percentage (``40.0%``), or "" when it has no meaning (an
+    unknown part, or a whole that is not a positive finite number) — never ``nan%``."""
+    if not (math.isfinite(part) and math.isfinite(whole) and whole > 0):
+        return ""
+    return f"{part / whole:.{digits}%}"
 
 
 def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:

@@ -14,11 +14,11 @@ Open the file at https://ui.perfetto.dev or ``chrome://tracing``. Layout:
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from eopt.fileformats import atomic_write_text, dumps_json
 from eopt.measure.attribution import Attribution
 from eopt.measure.traces import Trace
 from eopt.plan.schedule import Schedule
@@ -110,11 +110,14 @@ def write_trace(
     measurement: Measurement | None = None,
     recording: tuple[Sequence[Trace], Attribution] | None = None,
 ) -> Path:
-    """Write :func:`schedule_trace` to ``path`` as JSON."""
-    target = Path(path)
+    """Write :func:`schedule_trace` to ``path`` as strict JSON (no NaN or Infinity,
+    which Perfetto cannot load), atomically.
+
+    Raises:
+        ValueError: naming the field when a value is not finite.
+    """
     data = schedule_trace(schedule, measurement, recording)
-    target.write_text(json.dumps(data, allow_nan=False) + "\n", encoding="utf-8")
-    return target
+    return atomic_write_text(path, dumps_json(data, str(path)) + "\n")
 
 
 def _meta(pid: int, tid: int | None, name: str, value: str, sort: int) -> Iterable[dict[str, Any]]:

@@ -62,7 +62,7 @@ def _sample() -> list[Signature]:
                   op_point=OperatingPoint(1410.0, 1215.0, 300.0, {"sms": 108}),
                   meta={"method": "counter", "runs": 30}),
         Signature("allreduce", 60.0, 2e-3, 0.05, devices=("gpu0", "gpu1"), term="x ⊗ y"),
-        Signature("ünïcode.name-1", 0.0, 0.0, 0.0),
+        Signature("ünïcode.name-1", 0.0, 1e-6, 0.0),  # a file's signatures take time
     ]  # fmt: skip
 
 
@@ -88,9 +88,10 @@ def test_library_skips_blank_and_comment_lines(tmp_path: Path) -> None:
     ("line", "reason"),
     [
         ("{not json", "not valid JSON"),
-        ("[1, 2]", "expected a JSON object, got list"),
+        ("[1, 2]", "expected a JSON object, got a list"),
         ('{"name": "a", "static_power": 1, "time": 1}', "field 'dynamic_energy' is missing"),
-        ('{"name": "a", "static_power": 1, "time": -2, "dynamic_energy": 0}', "time must be ≥ 0"),
+        ('{"name": "a", "static_power": 1, "time": -2, "dynamic_energy": 0}',
+         "time: expected a finite number ≥ 0 (s), got -2"),
         ('{"name": "a", "static_power": NaN, "time": 1, "dynamic_energy": 0}', "must be finite"),
         ('{"name": "a", "static_power": 1, "time": 1, "dynamic_energy": 0, "tme": 1}',
          "unknown field(s) ['tme']"),
