@@ -10,7 +10,11 @@ call; the probe fails if any was called. It reports:
 - which power fields exist (``instant``, ``average_1s``, ``usage``) and the energy counter;
 - how often each power field and the energy counter refresh, polled every 1 ms for 2 s
   (1 s for the counter) idle and under load
-  (:func:`eopt.measure.sensor_period.estimate_power_update_period`);
+  (:func:`eopt.measure.sensor_period.estimate_power_update_period`); the counter meter is
+  then told the measured counter period, so its edge errors use it;
+- what NVML says about the GPU's state: persistence mode, MIG mode, requested and enforced
+  power limit, clocks-event reasons, clock settings made before eopt, what
+  ``nvmlDeviceGetPowerUsage`` is on this architecture, and the energy counter's scope;
 - the energy of a ~5 s matmul loop (PyTorch bf16, else CuPy fp16) from the energy counter
   and from each power field sampled and integrated by :class:`eopt.measure.meter.Meter`
   over the same window, three times;
@@ -314,6 +318,19 @@ def device_facts(gpu: Any, pynvml: Any | None) -> dict[str, Any]:
     if pynvml is not None:
         h = pynvml.nvmlDeviceGetHandleByIndex(gpu.index)
         facts.update(
+            persistence_mode=_try(gpu.persistence_mode),
+            persistence_note=_try(gpu.persistence_note),
+            mig_enabled=_try(gpu.mig_enabled),
+            enforced_power_limit_w=_try(gpu.enforced_power_limit_w),
+            clocks_event_reasons=_try(lambda: sorted(gpu.clocks_event_reasons() or [])),
+            preexisting_clock_settings=_try(
+                lambda: list(gpu.preexisting_clock_settings().findings)
+            ),
+            power_source=_try(lambda: gpu.power().field),
+            energy_counter_scope=gpu.energy_counter_scope,
+            assumed_energy_counter_period_s=gpu.energy_counter_period_s,
+        )
+        facts.update(
             uuid=_try(lambda: _text(pynvml.nvmlDeviceGetUUID(h))),
             driver=_try(lambda: _text(pynvml.nvmlSystemGetDriverVersion())),
             nvml_version=_try(lambda: _text(pynvml.nvmlSystemGetNVMLVersion())),
@@ -385,6 +402,22 @@ def sampler_periods(
         usable = est is not None and not est["at_poll_limit"]
         out[field] = est["period_s"] if usable else gpu.power_update_period_s
     return out
+
+
+def counter_period(found: list[dict[str, Any]]) -> float | None:
+    """The energy counter's refresh period measured under load, in s; None when it was
+    not resolved (no estimate, or as fast as the polling)."""
+    est = next(
+        (
+            r
+            for r in found
+            if r["state"] == "load" and r["field"] == "energy_counter" and r["period_s"]
+        ),
+        None,
+    )
+    if est is None or est["at_poll_limit"]:
+        return None
+    return float(est["period_s"])
 
 
 class FieldView:
@@ -539,7 +572,8 @@ def run_probe(sim: bool, index: int, result: dict[str, Any] | None = None) -> di
     result.update(
         schema=SCHEMA,
         mode="sim" if sim else "nvml",
-        started_utc=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        # timezone.utc, not datetime.UTC: the package supports Python 3.10.
+        started_utc=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         python=platform.python_version(),
     )
     guard = SetterGuard()
@@ -560,6 +594,10 @@ def run_probe(sim: bool, index: int, result: dict[str, Any] | None = None) -> di
     found = _section(result, "update_periods", lambda: update_periods(gpu, load, fields))
     periods = sampler_periods(gpu, fields, found or [])
     result["sampler_periods_s"] = periods
+    measured = counter_period(found or [])
+    if measured is not None:
+        gpu.energy_counter_period_s = measured  # the counter meter's edge errors use it
+    result["counter_period_s"] = measured
     _section(
         result,
         "windows",

@@ -27,9 +27,16 @@ _LAZY = {
     "SimulatedGPU": "eopt.devices.sim",
     "VirtualClock": "eopt.devices.sim",
     "restoring_on_exit": "eopt.devices.guard",
+    "resolve_gpu": "eopt.devices.gpu_select",
 }
 
-__all__ = ["SIM_ANNOUNCEMENT", "OperatingPoint", "open_devices", *_LAZY]
+__all__ = [
+    "SIM_ANNOUNCEMENT",
+    "SIM_FALLBACK_ANNOUNCEMENT",
+    "OperatingPoint",
+    "open_devices",
+    *_LAZY,
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -40,6 +47,11 @@ def __getattr__(name: str) -> Any:
 
 
 SIM_ANNOUNCEMENT = "No NVIDIA GPU found: using the simulated {model} (eopt sim)."
+#: Said instead when there is an NVIDIA driver or NVML library but NVML cannot use it.
+SIM_FALLBACK_ANNOUNCEMENT = (
+    "NVML did not start ({reason}): using the simulated {model} (eopt sim); "
+    "--backend nvml makes this an error"
+)
 _BACKENDS = ("auto", "nvml", "sim")
 
 
@@ -55,8 +67,11 @@ def open_devices(
     Args:
         backend: ``"nvml"`` (real GPUs; errors without them), ``"sim"`` (simulated GPUs),
             or ``"auto"``: NVML when it initialises and sees at least one GPU, else the
-            simulator, announced on stderr.
-        indices: GPU indices to open; all NVML GPUs (or one simulated GPU) when None.
+            simulator, announced on stderr with the reason (no NVIDIA driver, or what
+            stopped NVML from starting, e.g. a driver/library version mismatch).
+        indices: NVML indices to open; all NVML GPUs (or one simulated GPU) when None.
+            ``eopt.devices.gpu_select.resolve_gpu`` turns a CUDA ordinal, UUID or PCI bus
+            id into one.
         sim_model: Simulated GPU model (see ``eopt.devices.sim_profiles.available_profiles``).
         seed: Seed of the simulator's noise (GPU ``i`` uses ``[seed, i]``).
         control: False opens measure-only devices: every setter raises, nothing changes.
@@ -66,24 +81,39 @@ def open_devices(
 
     Raises:
         ValueError: for an unknown backend or model.
-        DeviceError: when NVML was asked for and is unavailable, or an index is out of range.
+        DeviceError: when NVML was asked for and is unavailable, an index is out of range,
+            or a GPU to control is in MIG mode.
     """
     if backend not in _BACKENDS:
         raise ValueError(
             f"unknown device backend {backend!r}; choose one of {', '.join(_BACKENDS)}"
         )
     if backend in ("auto", "nvml"):
+        from eopt.devices.base import DeviceError
+
+        announcement = SIM_ANNOUNCEMENT.format(model=sim_model)
         try:
             from eopt.devices import nvml
         except ImportError as exc:  # nvidia-ml-py missing from this environment
             if backend == "nvml":
-                from eopt.devices.base import DeviceError
-
                 raise DeviceError(
                     f"cannot import pynvml ({exc}): pip install nvidia-ml-py"
                 ) from exc
             nvml = None
-        count = nvml.device_count(raise_errors=backend == "nvml") if nvml else 0
+            announcement = SIM_FALLBACK_ANNOUNCEMENT.format(
+                reason=f"cannot import pynvml: {exc}; pip install nvidia-ml-py", model=sim_model
+            )
+        count = 0
+        if nvml is not None:
+            try:
+                count = nvml.device_count(raise_errors=True)
+            except nvml.NvmlStartError as exc:
+                if backend == "nvml":
+                    raise
+                if not exc.driver_missing:
+                    # A driver is there but NVML cannot use it: "no GPU" would mislead.
+                    reason = str(exc).split("; use --backend sim")[0]
+                    announcement = SIM_FALLBACK_ANNOUNCEMENT.format(reason=reason, model=sim_model)
         if nvml is not None and count > 0:
             wanted = list(range(count)) if indices is None else list(indices)
             if control:
@@ -92,10 +122,8 @@ def open_devices(
                 warn_if_stale()  # a killed run may have left these GPUs changed
             return [nvml.NvmlGPU(i, control=control) for i in wanted]
         if backend == "nvml":
-            from eopt.devices.base import DeviceError
-
             raise DeviceError("NVML works but reports no GPU; use --backend sim to simulate one")
-        print(SIM_ANNOUNCEMENT.format(model=sim_model), file=sys.stderr)
+        print(announcement, file=sys.stderr)
     from eopt.devices.sim import SimulatedGPU, VirtualClock
 
     clock = VirtualClock()

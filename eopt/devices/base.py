@@ -22,6 +22,7 @@ __all__ = [
     "DevicePermissionError",
     "MeasureOnlyError",
     "PowerReading",
+    "SensorReadError",
     "Timer",
     "WallClock",
 ]
@@ -32,11 +33,21 @@ class DeviceError(RuntimeError):
 
 
 class DevicePermissionError(DeviceError):
-    """Changing a setting needs root or CAP_SYS_ADMIN."""
+    """The driver refused this process: changing a setting needs root or CAP_SYS_ADMIN;
+    a refused read (containers, vGPUs, MIG instances) stops even measure-only use."""
 
 
 class MeasureOnlyError(DeviceError):
     """A setting was to be changed on a device opened measure-only (``control=False``)."""
+
+
+class SensorReadError(DeviceError):
+    """A sensor read failed, after retries, with an error the next read may not repeat.
+
+    Meters treat it as a gap in the readings (and widen the error of windows across it)
+    rather than as the end of the measurement; errors that will not go away (no
+    permission, an unsupported sensor, a lost GPU) are other :class:`DeviceError` types.
+    """
 
 
 @dataclass(frozen=True)
@@ -46,7 +57,10 @@ class PowerReading:
     Attributes:
         time_s: When it was read, on the device's clock, in s.
         power_w: The reading, in W.
-        field: Which sensor field produced it (``instant``, ``average_1s``, ``usage`` …).
+        field: Which source produced it, named by what it is: ``instant``, ``average_1s``
+            (NVML's fields), ``usage_instant`` / ``usage_average_1s`` (NVML's power usage,
+            a point reading or a 1 s average by architecture), the simulator's
+            ``average`` …. One meter trace holds one field.
     """
 
     time_s: float
@@ -80,6 +94,12 @@ class Device(Protocol):
 
     Control methods change hardware state; every backend remembers the state it found at
     the first change and :meth:`restore` puts it back.
+
+    Meters also read these attributes where a device has them: ``power_update_period_s``
+    and ``energy_counter_period_s`` (refresh periods, s; a counter without one is taken as
+    continuous), ``energy_counter_scope`` and ``power_scope`` (``gpu`` unless said, e.g.
+    ``module`` for GH200's counter). A sensor read that may succeed next time raises
+    :class:`SensorReadError`.
     """
 
     index: int

@@ -45,6 +45,7 @@ from types import FrameType
 from typing import Any, TextIO
 
 from eopt.devices.base import Device, DeviceError
+from eopt.fileformats import atomic_write_text, dumps_json
 from eopt.lockfile import LockBusyError, ProcessLock
 
 __all__ = [
@@ -241,13 +242,9 @@ def _payload(
 
 
 def _write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(payload, handle, indent=2)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    # A fresh O_EXCL temporary file (never a guessable <path>.tmp that a planted symlink
+    # could redirect), fsynced: this file is what restores the GPUs after a crash.
+    atomic_write_text(path, dumps_json(payload, str(path), indent=2), durable=True)
 
 
 def find_state_files(directory: Path | None = None) -> list[StateFile]:

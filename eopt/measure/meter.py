@@ -9,11 +9,21 @@ schedule, never on the kernels' (the note in ``reference/kokkos-energy-note.txt`
 why), and integrates the trace with the trapezoidal rule. The counter path also reads the
 power sensor once a sensor period, so a run's power trace can be shown (never integrated).
 
-The timer's readings run in a background thread (on the wall clock). An error there
-cannot be raised where it happens, and a trace that silently stops growing would leave
-windows measured on stale data: the meter keeps the error, stops polling, and raises it as
-a :class:`MeterError` in the measuring thread at the next :meth:`Meter.mark`,
-:meth:`Meter.energy` or :meth:`Meter.check`.
+The counter itself moves in steps (NVML's every few tens of ms; the device's
+``energy_counter_period_s``): a reading at a mark is the value of the last step, so each
+edge of a counter window may miss up to the power there times that period. The error
+estimate says so, and windows shorter than ten periods are flagged ``short``.
+
+The timer's readings run in a background thread (on the wall clock). A read that fails
+with :class:`~eopt.devices.base.SensorReadError` (a transient error, already retried by
+the device) leaves a gap: the next poll tries again, the gap is recorded in
+:attr:`Meter.gaps`, and windows across it carry its uncertainty in ``error_j``. One source
+of power per trace: a reading from another field is an error, never mixed in. Any other
+error, or readings failing for longer than :data:`MAX_GAP_S`, cannot be raised where it
+happens, and a trace that silently stops growing would leave windows measured on stale
+data: the meter keeps the error, stops polling, and raises it as a :class:`MeterError` in
+the measuring thread at the next :meth:`Meter.mark`, :meth:`Meter.energy` or
+:meth:`Meter.check`.
 """
 
 from __future__ import annotations
@@ -21,24 +31,30 @@ from __future__ import annotations
 import bisect
 import math
 import statistics
+import threading
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal
 
-from eopt.devices.base import Device, DeviceError, Timer
+from eopt.devices.base import Device, DeviceError, SensorReadError, Timer
 from eopt.measure.trace import CounterTrace, SensorTrace
 
 __all__ = [
     "DEFAULT_SENSOR_PERIOD_S",
+    "MAX_GAP_S",
     "Meter",
     "MeterError",
     "WindowEnergy",
     "average_window_s",
+    "counter_period_s",
     "sensor_period_s",
 ]
 
 #: NVML refreshes its power reading every 100 ms; assumed when a device does not say.
 DEFAULT_SENSOR_PERIOD_S = 0.1
+#: Readings that keep failing for longer than this (in s; or ten sensor periods, if that
+#: is longer) mean the sensor stopped answering: the meter fails instead of leaving a gap.
+MAX_GAP_S = 1.0
 
 MeterMethod = Literal["auto", "counter", "sampler"]
 
@@ -58,11 +74,16 @@ class WindowEnergy:
         field: The sensor field used (``energy_counter`` or a power field name).
         error_j: An estimate of the integration error, in J: the power change seen around
             each edge over the time the sensor may have missed there, plus, for point
-            readings, the sampling error of the readings inside (0 on the counter path at
-            edges read by :meth:`Meter.mark`).
+            readings, the sampling error of the readings inside, plus what gaps in the
+            readings hid. On the counter path: the power at each edge times the counter's
+            refresh period (0 only for a counter that moves continuously, read at both
+            edges by :meth:`Meter.mark`).
         n_samples: Samples (or counter readings) strictly inside the window.
-        short: True when the window is shorter than ten sensor update periods, where
-            sampling cannot resolve it and ``error_j`` matters.
+        short: True when the window is shorter than ten update periods of what it was
+            measured with (the counter's refresh period on the counter path, the power
+            sensor's otherwise), where the readings cannot resolve it and ``error_j``
+            matters.
+        gap_s: How much of the window fell in gaps where readings failed, in s.
     """
 
     energy_j: float
@@ -72,6 +93,7 @@ class WindowEnergy:
     error_j: float
     n_samples: int
     short: bool
+    gap_s: float = 0.0
 
     @property
     def mean_power_w(self) -> float:
@@ -97,6 +119,21 @@ def sensor_period_s(device: Device) -> float:
     return DEFAULT_SENSOR_PERIOD_S
 
 
+def counter_period_s(device: Device) -> float:
+    """How often the device's energy counter refreshes, in s (its
+    ``energy_counter_period_s``); 0 for a device that does not declare one, taken as a
+    counter that moves continuously (the simulator's)."""
+    value = getattr(device, "energy_counter_period_s", None)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return 0.0
+
+
+def _scope(device: Device, attr: str) -> str:
+    value = getattr(device, attr, "gpu")
+    return value if isinstance(value, str) else "gpu"
+
+
 def average_window_s(device: Device) -> float | None:
     """The span the device's ``average`` power field averages, in s (its
     ``power_average_window_s``); None when the device does not say."""
@@ -115,15 +152,16 @@ def _field_model(
     over the whole refresh interval when the window is unknown or spans the period (an
     interval mean); over only part of it (the simulator's 25 ms of 100 ms, as NVML's
     power usage) a point value at the window's centre, since the rest of the interval is
-    never seen. NVML's ``average_1s`` is a moving mean over the last second, read as a
-    point value at the window's centre (half a second earlier than it is read); anything
-    else (NVML's ``instant`` and ``usage``) a point value.
+    never seen. NVML's ``average_1s`` and ``usage_average_1s`` (``nvmlDeviceGetPowerUsage``
+    on Ampere and newer except GA100) are moving means over the last second, read as point
+    values at the window's centre (half a second earlier than they are read); anything
+    else (NVML's ``instant``, ``usage_instant``) a point value.
     """
     if field == "average":
         if window_s is None or window_s >= period_s * (1 - 1e-9):
             return "interval_mean", 0.0
         return "point", window_s
-    if field == "average_1s":
+    if field.endswith("average_1s"):
         return "point", 1.0
     return "point", 0.0
 
@@ -142,7 +180,9 @@ class Meter:
     Args:
         device: The device to watch.
         method: ``counter`` (cumulative energy counter; error if the device has none),
-            ``sampler`` (power sampling), or ``auto`` (the counter where it exists).
+            ``sampler`` (power sampling), or ``auto``: the counter where it exists and
+            counts what the power readings count (not on GH200, whose counter counts the
+            whole module: there the GPU's power is sampled).
         period_s: Polling period in s. Default: a tenth of the sensor update period for the
             sampler (each refresh is placed to within a tenth of a period), a fifth for the
             counter (edges that were not marked are interpolated over short intervals).
@@ -165,13 +205,24 @@ class Meter:
         self.device = device
         self.clock = device.clock
         self.sensor_period_s = sensor_period_s(device)
-        has_counter = device.energy_counter_j() is not None
+        self.counter_period_s = counter_period_s(device)
+        try:
+            has_counter = device.energy_counter_j() is not None
+        except SensorReadError:
+            has_counter = True  # it is there; this read failed (the next polls retry)
         if method == "counter" and not has_counter:
             raise MeterError(
                 f"{device.name}: no energy counter on this device; use method='sampler'"
             )
-        use_counter = method == "counter" or (method == "auto" and has_counter)
+        counter_scope = _scope(device, "energy_counter_scope")
+        power_scope = _scope(device, "power_scope")
+        same_scope = counter_scope == power_scope
+        use_counter = method == "counter" or (method == "auto" and has_counter and same_scope)
         self.method: str = "counter" if use_counter else "sampler"
+        #: What the energy counts: ``gpu``, or ``module`` (GH200's counter).
+        self.energy_scope = counter_scope if use_counter else power_scope
+        # Power of another scope never goes into a counter run's trace (GH200).
+        self._display_allowed = same_scope
         default = self.sensor_period_s / (5 if self.method == "counter" else 10)
         self.period_s = float(period_s) if period_s is not None else default
         if not self.period_s > 0:
@@ -189,6 +240,14 @@ class Meter:
         self._last_display_poll = -math.inf
         self._timer: Timer | None = None
         self._failure: BaseException | None = None  # raised by a poll on the timer
+        #: Spans (start, end) on the device's clock, in s, between the last reading before
+        #: reads failed and the first one after.
+        self.gaps: list[tuple[float, float]] = []
+        self.max_gap_s = max(MAX_GAP_S, 10 * self.sensor_period_s)
+        self._last_ok: float | None = None
+        self._gap_start: float | None = None
+        self._gap_reason: str | None = None
+        self._gap_lock = threading.Lock()  # the timer and a mark() may both read
 
     # lifecycle ---------------------------------------------------------------------------
     def start(self) -> Meter:
@@ -250,30 +309,75 @@ class Meter:
         except Exception as exc:  # the thread would print it and die unnoticed
             self._failure = exc
 
+    def _read_ok(self, now: float) -> None:
+        with self._gap_lock:
+            if self._gap_start is not None:
+                self.gaps.append((self._gap_start, now))
+                self._gap_start = None
+            self._last_ok = now
+
+    def _read_failed(self, now: float, exc: SensorReadError) -> None:
+        """A transient read failure: a gap, unless reads have failed for too long.
+
+        Raises:
+            MeterError: when reads have failed for longer than ``max_gap_s``.
+        """
+        with self._gap_lock:
+            if self._gap_start is None:
+                self._gap_start = self._last_ok if self._last_ok is not None else now
+            self._gap_reason = str(exc)
+            failing_s = now - self._gap_start
+        if failing_s > self.max_gap_s:
+            raise MeterError(
+                f"{self.device.name}: readings failed for {failing_s:.3g} s "
+                f"(last: {exc}); the sensor stopped answering"
+            ) from exc
+
     def _poll(self, now: float) -> None:
         if self.method == "counter":
-            self._read_counter()
-            if now - self._last_display_poll >= self.sensor_period_s * (1 - 1e-6):
+            try:
+                self._read_counter()
+            except SensorReadError as exc:
+                self._read_failed(now, exc)
+            else:
+                self._read_ok(now)
+            if self._display_allowed and (
+                now - self._last_display_poll >= self.sensor_period_s * (1 - 1e-6)
+            ):
                 self._last_display_poll = now
                 self._read_display_power()
-        else:
+            return
+        try:
             reading = self.device.power()
-            if self.power_trace is None:
-                kind, self.averaging_s = _field_model(
-                    reading.field, average_window_s(self.device), self.sensor_period_s
-                )
-                self.power_trace = SensorTrace(self.sensor_kind or kind, self.sensor_period_s)
-            # A moving average describes the middle of its window: shift it back by half.
-            t = reading.time_s - self.averaging_s / 2
-            self.power_trace.append(t, reading.power_w, reading.field)
-            self.field = reading.field
+        except SensorReadError as exc:
+            self._read_failed(now, exc)
+            return
+        self._read_ok(now)
+        if self.power_trace is None:
+            kind, self.averaging_s = _field_model(
+                reading.field, average_window_s(self.device), self.sensor_period_s
+            )
+            self.power_trace = SensorTrace(self.sensor_kind or kind, self.sensor_period_s)
+        elif reading.field != self.field:
+            # Fields differ in meaning (instant, 1 s average …): never one trace of both.
+            raise MeterError(
+                f"{self.device.name}: the power reading switched from {self.field!r} to "
+                f"{reading.field!r} mid-trace; readings of different fields cannot be "
+                "integrated together"
+            )
+        # A moving average describes the middle of its window: shift it back by half.
+        t = reading.time_s - self.averaging_s / 2
+        self.power_trace.append(t, reading.power_w, reading.field)
+        self.field = reading.field
 
     def _read_display_power(self) -> None:
         """Counter path: one power reading for the run's trace (not used for energy)."""
         if self._display_error is not None:
-            return  # the sensor failed once; the energy counter still works
+            return  # the sensor failed for good; the energy counter still works
         try:
             reading = self.device.power()
+        except SensorReadError:
+            return  # a missing point in a trace that is only shown
         except DeviceError as exc:
             self._display_error = str(exc)
             return
@@ -306,7 +410,13 @@ class Meter:
         """
         self.check()
         if self.method == "counter":
-            return self._read_counter()
+            try:
+                return self._read_counter()
+            except SensorReadError as exc:
+                # The edge is then interpolated between readings, and its error says so.
+                now = self.clock.now()
+                self._read_failed(now, exc)
+                return now
         now = self.clock.now()
         if self._timer is not None:
             # Polling at the edge tells whether the sensor refreshed before or after it,
@@ -362,7 +472,10 @@ class Meter:
         else:
             self.wait_until_covered(end_s)
         resolution = max(self.sensor_period_s, self.averaging_s)
+        if self.method == "counter" and self.counter_period_s > 0:
+            resolution = self.counter_period_s
         short = duration < 10 * resolution * (1 - 1e-9)  # float slack
+        gap_s = self._gap_overlap_s(start_s, end_s)
         if self.method == "counter":
             if not self.counter_trace.covers(start_s, end_s):
                 raise MeterError(
@@ -370,13 +483,20 @@ class Meter:
                     "start the meter before the window opens"
                 )
             got = self.counter_trace.integrate(start_s, end_s)
-            # Exact at edges read by mark(); interpolated (with an error) at edges this
-            # process never saw, such as a child process's regions.
+            # Interpolated (with an error) at edges this process never read, such as a
+            # child process's regions or a mark whose read failed.
             error = self.counter_trace.edge_error_j(start_s) + self.counter_trace.edge_error_j(
                 end_s
             )
+            if self.counter_period_s > 0:
+                # Even a reading at the edge holds the counter's last step: up to one
+                # period of the edge's power is missed (or gained) at each end.
+                mean = got.energy_j / duration if duration > 0 else 0.0
+                error += self.counter_period_s * (
+                    self._edge_power_w(start_s, mean) + self._edge_power_w(end_s, mean)
+                )
             return WindowEnergy(
-                got.energy_j, duration, "counter", self.field, error, got.n_samples, short
+                got.energy_j, duration, "counter", self.field, error, got.n_samples, short, gap_s
             )
         if self.power_trace is None or not self.power_trace.covers(start_s, end_s):
             raise MeterError(
@@ -406,9 +526,48 @@ class Meter:
             # up to the board's maximum power.
             floor = got.energy_j / duration if duration > 0 else 0.0
             error = max(error, (self._max_power_w() - floor) * duration)
+        error += self._gap_error_j(start_s, end_s, p)
         return WindowEnergy(
-            got.energy_j, duration, "sampler", self.field, error, got.n_samples, short
+            got.energy_j, duration, "sampler", self.field, error, got.n_samples, short, gap_s
         )
+
+    # gaps and edges ----------------------------------------------------------------------
+    def _gap_overlap_s(self, start_s: float, end_s: float) -> float:
+        """How much of ``[start_s, end_s]`` closed gaps cover, in s."""
+        return sum(max(0.0, min(g1, end_s) - max(g0, start_s)) for g0, g1 in self.gaps)
+
+    def _gap_error_j(self, start_s: float, end_s: float, p: float) -> float:
+        """What gaps near the window may hide, in J (sampler path).
+
+        A gap shorter than a sensor period cannot hide a refresh, only blur when it
+        happened: the power change there times the gap. A longer one may hide whole
+        refreshes: the energy over the part of the window it spans (one period wider each
+        side) is unknown, up to the board's maximum power.
+        """
+        error = 0.0
+        trace = self.power_trace
+        for g0, g1 in self.gaps:
+            if g1 < start_s - p or g0 > end_s + p:
+                continue
+            if g1 - g0 < p and trace is not None:
+                error += trace.power_range_w(g0 - p, g1 + p) * (g1 - g0)
+            else:
+                hidden = max(0.0, min(g1 + p, end_s) - max(g0 - p, start_s))
+                error += self._max_power_w() * hidden
+        return error
+
+    def _edge_power_w(self, t: float, window_mean_w: float) -> float:
+        """The power around a counter-window edge, in W: the most of the window's mean,
+        the counter's mean over two periods either side, and power readings there."""
+        powers = [window_mean_w]
+        first, last = self.counter_trace.span
+        lo = max(first, t - 2 * self.counter_period_s)
+        hi = min(last, t + 2 * self.counter_period_s)
+        if hi - lo >= self.counter_period_s:  # spans at least one step of the counter
+            powers.append(self.counter_trace.integrate(lo, hi).energy_j / (hi - lo))
+        reach = 2 * self.sensor_period_s
+        powers.extend(p for s, p in self._display_power if abs(s - t) <= reach)
+        return max(powers)
 
     def power_samples(
         self, start_s: float, end_s: float, *, edges: bool = False
@@ -474,6 +633,11 @@ class Meter:
             "poll_period_s": self.period_s,
             "sensor_period_s": self.sensor_period_s,
             "averaging_s": self.averaging_s,
+            "counter_period_s": self.counter_period_s if self.method == "counter" else None,
+            "energy_scope": self.energy_scope,
+            "gaps": len(self.gaps),
+            "gap_s": sum(g1 - g0 for g0, g1 in self.gaps),
+            **({"last_read_error": self._gap_reason} if self._gap_reason else {}),
             # What the run's power trace shows (the counter path reads it for display only).
             "trace_field": self.field if self.method == "sampler" else self._display_field,
             **({"trace_error": self._display_error} if self._display_error else {}),

@@ -9,7 +9,7 @@ import pytest
 
 from eopt.devices import OperatingPoint, open_devices
 from eopt.devices.base import DeviceError, DevicePermissionError, MeasureOnlyError
-from eopt.devices.nvml import NvmlGPU
+from eopt.devices.nvml import NvmlGPU, NvmlNotSupportedError
 
 
 def test_set_reads_back_and_restore_returns_the_original_state(fake_nvml):
@@ -34,7 +34,9 @@ def test_restore_without_a_change_touches_nothing(fake_nvml):
     assert fake_nvml.setter_calls() == []
 
 
-def test_memory_clock_lock_and_unsupported_memory_lock_is_skipped_with_a_note(make_fake_nvml):
+def test_memory_clock_lock_and_an_unsupported_one_fails_before_it_is_recorded(make_fake_nvml):
+    # Old code noted the unsupported lock in `notes` and went on: the operating point then
+    # claimed a memory clock the GPU never ran at.
     fake = make_fake_nvml([{"mem_lock_supported": True}, {"mem_lock_supported": False}])
     ok, unsupported = NvmlGPU(0), NvmlGPU(1)
     ok.set_operating_point(OperatingPoint(mem_clock_mhz=1215))
@@ -42,11 +44,12 @@ def test_memory_clock_lock_and_unsupported_memory_lock_is_skipped_with_a_note(ma
     ok.restore()
     assert fake.gpus[0].locked_mem is None
 
-    unsupported.set_operating_point(OperatingPoint(sm_clock_mhz=1410, mem_clock_mhz=1215))
+    with pytest.raises(NvmlNotSupportedError, match="memory-clock locking is not supported"):
+        unsupported.set_operating_point(OperatingPoint(sm_clock_mhz=1410, mem_clock_mhz=1215))
     assert fake.gpus[1].locked_mem is None
-    assert any("memory-clock locking is not supported" in n for n in unsupported.notes)
-    unsupported.restore()  # the reset's NOT_SUPPORTED is not an error either
-    assert fake.gpus[1].locked_sm is None
+    assert unsupported.current_operating_point().mem_clock_mhz is None
+    unsupported.restore()  # nothing was changed: nothing to reset
+    assert fake.setter_calls()[-1] == "nvmlDeviceSetMemoryLockedClocks"
 
 
 def test_permission_error_tells_the_user_what_to_do(make_fake_nvml):
@@ -140,13 +143,14 @@ def test_power_prefers_instant_then_average_then_usage(make_fake_nvml):
         ]
     )
     readings = [NvmlGPU(i).power() for i in range(3)]
-    assert [r.field for r in readings] == ["instant", "average_1s", "usage"]
+    # The A100 (GA100) reads nvmlDeviceGetPowerUsage as a point value: labelled so.
+    assert [r.field for r in readings] == ["instant", "average_1s", "usage_instant"]
     # mW → W, and each field's value really came from that field (the fake tags it).
     assert readings[0].power_w == pytest.approx((61_234 + instant) / 1000)
     assert readings[1].power_w == pytest.approx((61_234 + average) / 1000)
     assert readings[2].power_w == pytest.approx(61.234)
-    assert set(NvmlGPU(0).power_fields()) == {"instant", "average_1s", "usage"}
-    assert set(NvmlGPU(2).power_fields()) == {"usage"}
+    assert set(NvmlGPU(0).power_fields()) == {"instant", "average_1s", "usage_instant"}
+    assert set(NvmlGPU(2).power_fields()) == {"usage_instant"}
 
 
 def test_capabilities_are_converted_to_watts_and_sorted(fake_nvml):

@@ -232,8 +232,14 @@ def test_nvml_path_reads_only_and_guards_the_module_eopt_calls(monkeypatch):
     assert dev["model"] == gpu.name and dev["uuid"] == gpu.uuid
     assert dev["sm_clocks"]["count"] == len(gpu.sm_clocks)
     assert dev["power_limit_range_w"] == [gpu.limit_min_mw / 1000, gpu.limit_max_mw / 1000]
-    assert sorted(dev["power_fields"]) == ["average_1s", "instant", "usage"]
+    # nvmlDeviceGetPowerUsage is a point reading on the A100 (GA100), and labelled so.
+    assert sorted(dev["power_fields"]) == ["average_1s", "instant", "usage_instant"]
     assert "error" in dev["driver"]  # the fake has no driver query: recorded, not fatal
+    # What NVML says about the GPU's state comes back too (read-only).
+    assert dev["persistence_mode"] is True and dev["mig_enabled"] is False
+    assert dev["enforced_power_limit_w"] == gpu.limit_mw / 1000
+    assert dev["power_source"] == "instant" and dev["energy_counter_scope"] == "gpu"
+    assert dev["preexisting_clock_settings"] == []
     # The fake's readings never change: no period estimate, so samplers keep 100 ms.
     assert set(result["sampler_periods_s"].values()) == {0.1}
     assert len(result["windows"]) == 1 and len(result["short_regions"]["rows"]) == 1
@@ -263,3 +269,16 @@ def test_a_failing_step_is_recorded_and_the_rest_still_comes_back(monkeypatch, t
     partial = json.loads(out.read_text())  # what was known is still written
     assert partial["fatal"] == "OSError: NVML is not there"
     assert partial["schema"] == "eopt.gpu-probe/1" and partial["mode"] == "nvml"
+
+
+def test_the_probe_runs_on_python_3_10_without_datetime_utc(monkeypatch):
+    """The package declares Python 3.10; ``datetime.UTC`` arrived in 3.11 (the probe used it)."""
+    import datetime
+
+    probe = _load_probe()
+    monkeypatch.delattr(datetime, "UTC")  # what 3.10's datetime module lacks
+    monkeypatch.setattr(probe, "update_periods", lambda gpu, load, fields: [])
+    monkeypatch.setattr(probe, "measure_windows", lambda *args: [])
+    result = probe.run_probe(sim=True, index=0)
+    assert result["started_utc"].endswith("+00:00")
+    assert result["counter_period_s"] is None  # nothing measured: the assumption stays
