@@ -24,9 +24,9 @@ def open_measure_device(backend: str, index: int) -> Any:
     Without an NVIDIA GPU this is a simulated one, quietly: a real command cannot be
     measured on it, and the caller says so (or records events only).
     """
-    from eopt.devices import nvml, open_devices
+    from eopt.devices import open_devices
 
-    if backend == "auto" and nvml.device_count() == 0:
+    if backend == "auto" and nvml_gpu_count() == 0:
         from eopt.devices.sim import SimulatedGPU
 
         return SimulatedGPU(index=index, control=False)
@@ -49,11 +49,32 @@ def open_measure_gpus(selection: str | None, backend: str) -> list[Any]:
         return []
     from eopt.devices import nvml, open_devices
 
-    count = nvml.device_count(raise_errors=backend != "auto" or selection is not None)
+    if backend == "auto" and selection is None:
+        count = nvml_gpu_count()
+    else:
+        count = nvml.device_count(raise_errors=True)
     if count == 0:
         return []
     indices = parse_gpus(selection, count)
     return open_devices("nvml", indices, control=False)
+
+
+def nvml_gpu_count() -> int:
+    """The NVIDIA GPUs NVML sees; 0 without a driver, and 0 with a one-line warning saying
+    what failed when a driver is there but NVML cannot start (a version mismatch …)."""
+    from eopt.devices import nvml
+
+    try:
+        return nvml.device_count(raise_errors=True)
+    except nvml.NvmlStartError as exc:
+        if not exc.driver_missing:
+            reason = str(exc).split("; use --backend sim")[0]
+            err_console.print(
+                f"[yellow]warning:[/] NVML did not start ({escape(reason)}); measuring "
+                "without the GPU (--backend nvml makes this an error)",
+                highlight=False,
+            )
+        return 0
 
 
 def parse_gpus(selection: str | None, count: int) -> list[int]:
