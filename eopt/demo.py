@@ -26,6 +26,7 @@ from typing import Any
 
 from eopt.calculus.library import write_library
 from eopt.calculus.signature import Signature
+from eopt.plan.solve import Savings, savings
 
 __all__ = ["DemoResult", "demo_clocks", "run_demo"]
 
@@ -62,6 +63,9 @@ class DemoResult:
         dry_run: The lines `eopt apply --dry-run` prints.
         switches: Runtime-controller switch statistics (``SwitchStats.to_dict()``).
         wall_s: Wall time of the whole demo, in s.
+        savings: The headline: saved at no slowdown, and what more the slowdown buys
+            (``eopt.plan.solve.Savings``; None only for a schedule without it).
+        apply_summary: The one line `eopt apply` says about the schedule.
     """
 
     out_dir: Path
@@ -78,6 +82,8 @@ class DemoResult:
     dry_run: list[str]
     switches: dict[str, Any]
     wall_s: float
+    savings: Savings | None = None
+    apply_summary: str = ""
 
     @property
     def saved_j(self) -> float:
@@ -128,6 +134,9 @@ def run_demo(
     progress: Progress | None = None,
 ) -> DemoResult:
     """Run the demo and write its files into ``out_dir``.
+
+    The demo owns the files it writes in ``out_dir`` (names in :class:`DemoResult`):
+    each run replaces them, and leaves every other file there alone.
 
     Args:
         out_dir: Output directory (created).
@@ -216,7 +225,7 @@ def run_demo(
     write_trace(files["trace"], schedule)
 
     # 5. Act: dry run, then the runtime controller through one iteration ----------------
-    dry_run, switches = _act(schedule, sim_model, seed)
+    dry_run, summary, switches = _act(schedule, sim_model, seed)
 
     base = schedule.baseline or {}
     return DemoResult(
@@ -234,6 +243,8 @@ def run_demo(
         dry_run=dry_run,
         switches=switches,
         wall_s=time.perf_counter() - started,
+        savings=savings(schedule),
+        apply_summary=summary,
     )
 
 
@@ -339,7 +350,7 @@ def _write_frontier(path: Path, points: Sequence[Any]) -> None:
         writer.writerows(rows)
 
 
-def _act(schedule: Any, sim_model: str, seed: int) -> tuple[list[str], dict[str, Any]]:
+def _act(schedule: Any, sim_model: str, seed: int) -> tuple[list[str], str, dict[str, Any]]:
     """The dry run on measure-only simulated GPUs, then the runtime controller through
     one iteration in start order on simulated GPUs (restored at the end)."""
     from eopt.apply import RuntimeController, plan_apply
@@ -352,6 +363,7 @@ def _act(schedule: Any, sim_model: str, seed: int) -> tuple[list[str], dict[str,
     watch = open_devices(backend="sim", indices=indices, sim_model=sim_model, control=False)
     plan = plan_apply(schedule, dict(zip(names, watch, strict=True)), mapping)
     lines = plan.lines()
+    summary = plan.summary(done=False)
 
     gpus = open_devices(backend="sim", indices=indices, sim_model=sim_model, seed=seed)
     with RuntimeController(schedule, dict(zip(names, gpus, strict=True))) as ctl:
@@ -359,4 +371,4 @@ def _act(schedule: Any, sim_model: str, seed: int) -> tuple[list[str], dict[str,
             ctl.enter(element.name)
             ctl.wait_idle(10.0)  # one element at a time: every change is a real switch
         stats = ctl.stats()
-    return lines, stats.to_dict()
+    return lines, summary, stats.to_dict()

@@ -47,3 +47,11 @@ class InfeasibleDeadline(SolverError, ValueError):  # noqa: N818 (name fixed by 
             f"{self.fastest_makespan:.6g} s; ask for a deadline of at least "
             f"{self.fastest_makespan:.6g} s"
         )
+
+
+class TimeLimitReached(SolverError):  # noqa: N818 (a stop, not a failure)
+    """A solver stage ran into the time limit before it finished.
+
+    Raised by LP solves that HiGHS stopped at the limit; the entry points catch it and
+    hand out the best plan found so far.
+    """

@@ -19,7 +19,7 @@ from dataclasses import replace
 import numpy as np
 
 from solvers.exceptions import ProblemError
-from solvers.indexed import IndexedProblem, meets
+from solvers.indexed import indexed, meets
 from solvers.lp import HullLP
 from solvers.problem import Problem
 from solvers.relax import relax_once
@@ -70,7 +70,7 @@ def frontier(
         raise ProblemError(f"num_points must be an integer >= 2, got {num_points!r}")
     if problem.hold != "makespan":
         problem = replace(problem, hold="makespan")
-    ip = IndexedProblem(problem)
+    ip = indexed(problem)
     t_fast, fast = fastest_plan(ip)
     lp = None if ip.coupled or method != "relax" else HullLP(ip)
 

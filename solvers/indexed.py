@@ -45,6 +45,21 @@ class Evaluation:
     busy: np.ndarray  # s per device
 
 
+def indexed(problem: Problem) -> IndexedProblem:
+    """The `IndexedProblem` of `problem`, built once and kept on the problem object.
+
+    Validation and indexing take seconds on thousands of tasks; `fastest_makespan`,
+    `solve` and `evaluate` on one problem share the one built here, so that a time limit
+    is not spent building the same arrays three times.
+    """
+    cached = problem.__dict__.get("_indexed")
+    if cached is None:
+        cached = IndexedProblem(problem)
+        # A derived value cached on a frozen dataclass (as functools.cached_property does).
+        object.__setattr__(problem, "_indexed", cached)
+    return cached  # type: ignore[no-any-return]
+
+
 class IndexedProblem:
     """A validated problem in arrays; build with `IndexedProblem(problem)`.
 

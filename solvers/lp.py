@@ -28,7 +28,7 @@ import highspy
 import numpy as np
 import scipy.sparse as sp
 
-from solvers.exceptions import SolverError
+from solvers.exceptions import SolverError, TimeLimitReached
 from solvers.hull import lower_hull, pareto_modes
 from solvers.indexed import IndexedProblem
 
@@ -40,6 +40,9 @@ _BANNER_SHOWN = False
 
 #: Above this many LP columns the first (cold) solve uses the interior-point method.
 IPM_COLUMNS = 3000
+
+#: Share of the time left that an interior-point solve may use before its crossover.
+IPM_TIME_SHARE = 0.5
 
 
 def new_highs() -> highspy.Highs:
@@ -205,6 +208,14 @@ class HullLP:
         self._solved = False
         #: s, wall time of the first (cold) solve; 0 until then.
         self.cold_solve_s = 0.0
+        #: `time.perf_counter()` reading by which every solve must end (None: no limit).
+        #: HiGHS stops there and `solve` raises `TimeLimitReached`: a cold solve of
+        #: thousands of tasks can take longer than a whole short time limit.
+        self.stop_at: float | None = None
+
+    def time_left(self) -> float:
+        """Seconds until `stop_at` (inf without one)."""
+        return np.inf if self.stop_at is None else self.stop_at - time.perf_counter()
 
     # --------------------------------------------------------------- modifiers
     def set_deadline(self, deadline: float | None) -> None:
@@ -244,13 +255,26 @@ class HullLP:
 
     # ------------------------------------------------------------------- solve
     def solve(self) -> LPPoint | None:
-        """Solve; None when infeasible (a deadline below the fastest makespan)."""
+        """Solve; None when infeasible (a deadline below the fastest makespan).
+
+        Raises:
+            TimeLimitReached: `stop_at` came before HiGHS finished.
+        """
         h = self.highs
+        left = self.time_left()
+        if left <= 0:
+            raise TimeLimitReached("no time left for the LP relaxation")
         # Large cold solves are far faster by interior point (with crossover, which
         # leaves a basis); re-solves after small changes warm-start the dual simplex.
         cold = not self._solved
         started = time.perf_counter()
-        if cold and self.highs.getNumCol() > IPM_COLUMNS:
+        ipm = cold and self.highs.getNumCol() > IPM_COLUMNS
+        # HiGHS does not stop crossover at its time limit (8000 tasks: 2.0 s of
+        # interior point, then 1.6 s of crossover): the interior point gets a share of
+        # the time left so that the crossover fits in the rest.
+        limit = IPM_TIME_SHARE * left if ipm else left
+        h.setOptionValue("time_limit", float(min(limit, highspy.kHighsInf)))
+        if ipm:
             h.setOptionValue("solver", "ipm")
         h.run()
         if cold:
@@ -260,6 +284,8 @@ class HullLP:
         status = h.getModelStatus()
         if status == highspy.HighsModelStatus.kInfeasible:
             return None
+        if status == highspy.HighsModelStatus.kTimeLimit:
+            raise TimeLimitReached("the LP relaxation did not finish within the time limit")
         if status != highspy.HighsModelStatus.kOptimal:
             # Rare numerical trouble: retry once from scratch before giving up.
             h.clearSolver()
@@ -267,6 +293,8 @@ class HullLP:
             status = h.getModelStatus()
             if status == highspy.HighsModelStatus.kInfeasible:
                 return None
+            if status == highspy.HighsModelStatus.kTimeLimit:
+                raise TimeLimitReached("the LP relaxation did not finish within the time limit")
             if status != highspy.HighsModelStatus.kOptimal:
                 raise SolverError(
                     f"HiGHS could not solve the LP relaxation: {h.modelStatusToString(status)}"

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from solvers.exceptions import TimeLimitReached
 from solvers.improve import improve, repair
 from solvers.indexed import IndexedProblem, meets
 from solvers.lp import HullLP, LPPoint, classify, round_down, vertex_modes
@@ -170,7 +171,8 @@ def relax_once(
     best: list[int] | None = None
     best_e = np.inf
     for start in (rounded, *seeds):
-        modes = improve(ip, start, deadline)
+        # The LP's stop time bounds the improvement too (10 s without one).
+        modes = improve(ip, start, deadline, time_limit=max(0.0, min(10.0, lp.time_left())))
         ev = ip.evaluate(modes, deadline)
         if meets(ev.makespan, deadline) and ev.energy < best_e:
             best, best_e = modes, ev.energy
@@ -279,6 +281,25 @@ def relax_search(
     *,
     time_limit: float = 60.0,
 ) -> RelaxResult | None:
+    """`_relax_search`, keeping the best plan found when an LP solve reaches the time
+    limit (`HullLP.stop_at`); without a plan yet, `TimeLimitReached` propagates."""
+    found: list[RelaxResult] = []
+    try:
+        return _relax_search(lp, deadline, t_fast, time_limit, found)
+    except TimeLimitReached:
+        lp.unfix_all()  # a dive may have stopped with tasks pinned
+        if not found:
+            raise
+        return found[-1]
+
+
+def _relax_search(
+    lp: HullLP,
+    deadline: float | None,
+    t_fast: float,
+    time_limit: float,
+    found: list[RelaxResult],
+) -> RelaxResult | None:
     """The relax method's full search: four plan generators, then iterated improvement.
 
     1. One LP solve, rounding and slack-to-energy improvement (`relax_once`).
@@ -312,6 +333,7 @@ def relax_search(
         return None
     end_cost = time.perf_counter() - t0  # an overestimate: the LP was cold
     best = first
+    found.append(best)
     best_e = ip.evaluate(first.modes, deadline).energy
     # A warm step (the cold LP solve above is far slower on large problems).
     t1 = time.perf_counter()
@@ -325,6 +347,7 @@ def relax_search(
         e = ip.evaluate(res.modes, deadline).energy
         if meets(ip.evaluate(res.modes).makespan, deadline) and e < best_e:
             best, best_e = RelaxResult(res.modes, first.bound, first.lp_point, res.lp_solves), e
+            found.append(best)
 
     def left() -> float:
         return time_limit - (time.perf_counter() - t0)

@@ -14,12 +14,14 @@ from dataclasses import replace
 
 import numpy as np
 
-from solvers.coupled import groups_consistent, relax_coupled
-from solvers.exceptions import InfeasibleDeadline, ProblemError
-from solvers.indexed import IndexedProblem, meets
+from solvers.coupled import groups_consistent, local_search, relax_coupled
+from solvers.exceptions import InfeasibleDeadline, ProblemError, SolverError, TimeLimitReached
+from solvers.improve import improve
+from solvers.indexed import IndexedProblem, indexed, meets
 from solvers.lns import lns
 from solvers.lp import HullLP
 from solvers.milp import candidate_modes, min_makespan, solve_milp, solver_name
+from solvers.perturb import perturb_search
 from solvers.problem import Problem
 from solvers.relax import relax_search
 from solvers.solution import Solution, build_solution, relative_gap
@@ -59,7 +61,7 @@ def fastest_makespan(problem: Problem) -> float:
     Raises:
         ProblemError: the problem is malformed.
     """
-    return fastest_plan(IndexedProblem(problem))[0]
+    return fastest_plan(indexed(problem))[0]
 
 
 def evaluate(problem: Problem, modes: Mapping[str, int], deadline: float | None = None) -> Solution:
@@ -78,7 +80,7 @@ def evaluate(problem: Problem, modes: Mapping[str, int], deadline: float | None 
         ProblemError: a task is missing from `modes`, unknown, or has no such mode.
     """
     t0 = time.perf_counter()
-    ip = IndexedProblem(problem)
+    ip = indexed(problem)
     deadline = _check_deadline(deadline)
     unknown = sorted(set(modes) - set(ip.index))
     if unknown:
@@ -118,6 +120,15 @@ def evaluate(problem: Problem, modes: Mapping[str, int], deadline: float | None 
     )
 
 
+#: Modes a second that `HullLP` builds, about (390 000 measured on one core): below
+#: the time that building needs, the relax method goes without the LP.
+HULL_MODES_PER_S = 300_000
+
+#: Solver descriptions of the relax method's stops at the time limit (no bound found).
+LP_OUT_OF_TIME = "fastest plan + local search (the LP relaxation ran out of time)"
+NO_TIME_TO_BUILD = "fastest plan + local search (no time to build the LP)"
+
+
 def _relax(
     ip: IndexedProblem,
     deadline: float | None,
@@ -128,12 +139,35 @@ def _relax(
 ) -> tuple[list[int], float, str]:
     """Relax method: (modes, bound J, solver description)."""
     if ip.coupled:
+        if _milp_build_s(_milp_columns(ip)) > 0.5 * time_limit:
+            # Building the relaxation through PuLP would take most of the limit.
+            modes = local_search(ip, fast, deadline, max(0.0, time_limit))
+            return modes, math.nan, NO_TIME_TO_BUILD
         modes, bound = relax_coupled(ip, deadline, fast, time_limit=time_limit)
         return modes, bound, "HiGHS LP relaxation + fixed settings + local search"
     t0 = time.perf_counter()
-    lp = lp or HullLP(ip)
-    left = time_limit - (time.perf_counter() - t0)  # building the LP counts
-    res = relax_search(lp, deadline, t_fast, time_limit=left)
+    stop_at = t0 + time_limit
+    try:
+        # Building the hull LP cannot be interrupted (0.8 s for 8000 tasks × 38 modes).
+        if lp is None and sum(len(d) for d in ip.durations) / HULL_MODES_PER_S > time_limit:
+            raise TimeLimitReached("no time left to build the LP relaxation")
+        lp = lp or HullLP(ip)
+        left = time_limit - (time.perf_counter() - t0)  # building the LP counts
+        # Every LP solve ends by the limit (a cold solve of thousands of tasks can take
+        # longer than a short limit); the search keeps the best plan found before.
+        lp.stop_at = stop_at
+        res = relax_search(lp, deadline, t_fast, time_limit=left)
+    except TimeLimitReached:
+        # No LP optimum in time, so no bound: the fastest plan, improved by exact
+        # slack-to-energy moves with whatever time is left.
+        modes = improve(ip, fast, deadline, time_limit=max(0.0, stop_at - time.perf_counter()))
+        rest = stop_at - time.perf_counter()
+        if rest > 0:
+            modes = perturb_search(ip, modes, deadline, time_limit=rest)
+        return modes, math.nan, LP_OUT_OF_TIME
+    finally:
+        if lp is not None:
+            lp.stop_at = None
     if res is None:  # the LP says infeasible: only by float rounding at the boundary
         return list(fast), math.nan, "fastest plan"
     return res.modes, res.bound, "HiGHS LP + rounding + local search"
@@ -209,7 +243,7 @@ def solve(
     if not (isinstance(gap, (int, float)) and 0 <= gap < 1):
         raise ProblemError(f"gap must be a fraction in [0, 1), got {gap!r}")
     deadline = _check_deadline(deadline)
-    ip = IndexedProblem(problem)
+    ip = indexed(problem)
     t_fast, fast = fastest_plan(ip)
     if deadline is not None and not meets(t_fast, deadline):
         raise InfeasibleDeadline(deadline, t_fast)
@@ -234,6 +268,14 @@ def solve(
     # Above `LARGE_COLUMNS` (uncoupled problems only) auto is relax with all the time.
     large = method == "auto" and not ip.coupled and columns > LARGE_COLUMNS
     if method == "milp":
+        build = 2 * _milp_build_s(columns)  # building, then handing it over and back
+        if build > left():
+            raise SolverError(
+                f"the exact MILP has {columns} binaries: building it takes about {build:.0f} s,"
+                f" more than the {max(0.0, left()):.1f} s left of the time limit; raise the "
+                f"time limit to {math.ceil(2 * build + elapsed())} s or more, or use method "
+                "relax (it stops within the limit with the best plan found)"
+            )
         modes, energy = fast, math.inf
     else:
         budget = left() if method == "relax" or large else AUTO_RELAX_SHARE * time_limit - elapsed()
@@ -241,6 +283,9 @@ def solve(
         energy = ip.evaluate(modes, deadline).energy
         if gap_ok(energy):
             status = "optimal"
+        elif solver in (LP_OUT_OF_TIME, NO_TIME_TO_BUILD):
+            status = "time_limit"
+            notes.append(f"stopped at the time limit of {time_limit:g} s without a bound")
     if method == "auto" and status != "optimal" and not (ip.coupled or large) and left() > 0.5:
         better = lns(ip, modes, deadline, time_limit=AUTO_LNS_SHARE * left())
         e = ip.evaluate(better, deadline).energy
@@ -290,7 +335,7 @@ def solve(
         else:
             status = "feasible"
         solver = solver or name
-    elif method == "auto" and status != "optimal":
+    elif method == "auto" and status not in ("optimal", "time_limit"):
         status = "time_limit"
         notes.append(f"stopped at the time limit of {time_limit:g} s")
     # Never hand out a late plan, or one that splits a group across settings.

@@ -12,6 +12,7 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import Any
 
 from eopt.apply.guard import device_guard
 from eopt.apply.settings import (
@@ -49,6 +50,72 @@ class ApplyPlan:
     def dynamic(self) -> list[DevicePlan]:
         """Devices that need the runtime controller (several settings)."""
         return [p for p in self.devices if not p.is_static]
+
+    @property
+    def unchanged(self) -> list[DevicePlan]:
+        """Static devices whose schedule names no clock or power limit."""
+        return [p for p in self.devices if p.is_static and not p.changes_anything()]
+
+    def summary(self, done: bool = True) -> str:
+        """One line: how many GPUs are (or would be) changed, and why the others are not.
+
+        ``"0 of 8 GPUs changed: the schedule switches settings per element …"``
+
+        Args:
+            done: Whether the settings were applied (``changed``) or are only planned
+                (``would change``, for dry runs and refusals).
+        """
+        verb = "changed" if done else "would change"
+        locked = self.static
+        head = f"{len(locked)} of {len(self.devices)} GPUs {verb}"
+        if locked:
+            head += (
+                " ("
+                + ", ".join(f"gpu{p.gpu} locked at {p.settings[0].label()}" for p in locked)
+                + ")"
+            )
+        why = []
+        if self.dynamic:
+            who = (
+                "the schedule switches"
+                if len(self.dynamic) == len(self.devices)
+                else ", ".join(f"gpu{p.gpu}" for p in self.dynamic) + " switch"
+            )
+            why.append(
+                f"{who} settings per element (drive that from the training loop with "
+                "eopt.apply.RuntimeController, see docs/pytorch.md; or solve with --static "
+                "for one setting per GPU)"
+            )
+        if self.unchanged:
+            names = ", ".join(f"gpu{p.gpu}" for p in self.unchanged)
+            why.append(f"the schedule sets no clock or power limit for {names}")
+        return head + (": " + "; ".join(why) if why else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        """What ``eopt apply --json`` prints: per GPU its action, setting(s) and calls."""
+        out = []
+        for p in self.devices:
+            if not p.changes_anything():
+                action = "unchanged"
+            elif p.is_static:
+                action = "lock"
+            else:
+                action = "runtime-controller"
+            out.append(
+                {
+                    "device": p.device,
+                    "gpu": p.gpu,
+                    "action": action,
+                    "settings": [point.to_dict() for point in p.settings],
+                    "calls": [nvml_calls(p.gpu, point) for point in p.settings],
+                }
+            )
+        return {
+            "gpus": out,
+            "changed": len(self.static),
+            "total": len(self.devices),
+            "summary": self.summary(done=False),
+        }
 
     def lines(self) -> list[str]:
         """Human-readable plan: each NVML call with its values, per GPU.

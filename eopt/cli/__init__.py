@@ -13,10 +13,11 @@ import sys
 from typing import Any
 
 import click
+from rich.markup import escape
 
-from eopt.cli._common import report_error
+from eopt.cli._common import console, err_console, report_error
 
-__all__ = ["main"]
+__all__ = ["hoist_debug", "main"]
 
 # name → (module, one-line help shown by `eopt --help`)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -80,18 +81,53 @@ def cli(ctx: click.Context, debug: bool) -> None:
     """
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug or bool(os.environ.get("EOPT_DEBUG"))
+    # One process may run several commands (tests, notebooks): --quiet is per command.
+    console.quiet = False
+
+
+# `eopt` alone shows the help (click ≥ 8.2 raises it as a usage error).
+_NO_ARGS_IS_HELP: type[click.UsageError] | tuple[()] = getattr(
+    click.exceptions, "NoArgsIsHelpError", ()
+)
+
+
+def hoist_debug(args: list[str]) -> tuple[list[str], bool]:
+    """Move ``--debug`` given anywhere among eopt's own arguments to the front.
+
+    ``eopt solve plan.yaml --debug`` then means what ``eopt --debug solve plan.yaml``
+    does. Arguments after ``--`` belong to the user's command (``eopt apply s.json
+    --until-exit -- python train.py --debug``) and are left alone.
+
+    Returns:
+        The arguments to parse and whether debugging was asked for.
+    """
+    cut = args.index("--") if "--" in args else len(args)
+    own = [a for a in args[:cut] if a != "--debug"]
+    debug = len(own) != cut
+    return (["--debug"] if debug else []) + own + args[cut:], debug
 
 
 def main(argv: list[str] | None = None) -> Any:
     """Entry point of the ``eopt`` console script."""
-    debug = "--debug" in (argv if argv is not None else sys.argv[1:]) or bool(
-        os.environ.get("EOPT_DEBUG")
-    )
+    args, debug = hoist_debug(list(argv if argv is not None else sys.argv[1:]))
+    debug = debug or bool(os.environ.get("EOPT_DEBUG"))
     try:
-        return cli.main(args=argv, prog_name="eopt", standalone_mode=False)
+        return cli.main(args=args, prog_name="eopt", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
         sys.exit(130)
+    except _NO_ARGS_IS_HELP as exc:  # `eopt` or `eopt plan` alone: the help itself
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.UsageError as exc:
+        # One line, like every other error: the message and where the help is (click's
+        # own rendering adds the usage line and a blank line around it).
+        where = exc.ctx.command_path if exc.ctx is not None else "eopt"
+        err_console.print(
+            f"[bold red]error:[/] {escape(exc.format_message())} (see {where} --help)",
+            highlight=False,
+        )
+        sys.exit(exc.exit_code)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from eopt.cli._common import UserError, console, err_console
+from eopt.cli._common import UserError, console, err_console, quiet_option, write_json
 
 __all__ = ["command"]
 
@@ -46,6 +46,10 @@ __all__ = ["command"]
     show_default=True,
     help="Model of the simulated GPU (when the simulator is used).",
 )
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print what is (or would be) set per GPU as JSON."
+)
+@quiet_option
 def command(
     schedule_path: str,
     cmd: tuple[str, ...],
@@ -54,6 +58,7 @@ def command(
     until_exit: bool,
     backend: str,
     sim_model: str,
+    as_json: bool,
 ) -> None:
     """Set the clocks / power limits of a schedule through NVML.
 
@@ -61,16 +66,18 @@ def command(
     its power limit set) once and kept until `eopt reset`, or with --until-exit only
     while the given command runs. Where a GPU needs several settings, the schedule
     needs the runtime controller (eopt.apply.RuntimeController, see docs/pytorch.md);
-    `eopt apply` says so and leaves that GPU unchanged.
+    `eopt apply` says so in one line and leaves that GPU unchanged. When no GPU at all
+    can be set that way, it stops with an error instead of running the command at the
+    default settings: solve with `eopt solve --static` for a schedule it can lock.
 
     Every value is checked against the GPU's supported clocks and power-limit range
-    before anything changes.
+    before anything changes; --dry-run prints each NVML call.
 
     \b
     Examples:
       eopt apply schedule.json --dry-run
       eopt apply schedule.json --gpu stage0=0 --gpu stage1=1
-      eopt apply schedule.json --until-exit -- python train.py --epochs 1
+      eopt apply static.json --until-exit -- python train.py --epochs 1
       eopt reset                       # undo a kept apply
     """
     from eopt.apply import ApplyError, apply_locked, parse_gpu_map, plan_apply, run_with_settings
@@ -107,16 +114,22 @@ def command(
         raise UserError(str(exc)) from None
 
     where = f"the simulated {opened[0].model}" if simulated else "the GPUs (NVML)"
+    if as_json:
+        write_json("-", {**plan.to_dict(), "dry_run": dry_run, "backend": where})
+        console.quiet = True  # stdout carries the JSON only (and the command's own output)
     if dry_run:
         console.print(f"[bold]Dry run[/] — checked against {where}; nothing changes.")
-    for line in plan.lines():
-        console.print(line, highlight=False, markup=False)
-    if dry_run:
+        for line in plan.lines():
+            console.print(line, highlight=False, markup=False)
         console.print(
             f"All settings are within the supported clocks and power-limit range of {where}.",
             highlight=False,
         )
+        console.print(plan.summary(done=False), highlight=False, markup=False)
         return
+    if not plan.static and plan.dynamic:
+        # Running the command at the default settings would look like success.
+        raise UserError(plan.summary(done=False))
     if simulated:
         err_console.print(
             "[yellow]note:[/] the simulated GPU lives in this process only: the settings are "
@@ -124,6 +137,8 @@ def command(
             highlight=False,
         )
     if until_exit:
+        # Said before the command runs: its own output follows, possibly for hours.
+        console.print(plan.summary(done=True), highlight=False, markup=False)
         try:
             status = run_with_settings(plan, devices, cmd)
         except ApplyError as exc:
@@ -131,15 +146,12 @@ def command(
         console.print(f"Command exited with status {status}; GPU settings restored.")
         sys.exit(status)
     if simulated:
+        console.print(plan.summary(done=False), highlight=False, markup=False)
         return
     changed = apply_locked(plan, devices)
+    console.print(plan.summary(done=True), highlight=False, markup=False)
     if changed:
-        console.print(
-            f"Applied to {', '.join(changed)}; kept until you run [bold]eopt reset[/].",
-            highlight=False,
-        )
-    else:
-        console.print("Nothing to lock (no device runs at a single setting).")
+        console.print("Kept until you run [bold]eopt reset[/].", highlight=False)
 
 
 def _is_simulated(devices: list[object]) -> bool:

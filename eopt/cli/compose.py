@@ -27,44 +27,59 @@ from eopt.calculus.uncertainty import (
     deviation_test,
     prediction_interval,
 )
-from eopt.calculus.units import parse_power_w
-from eopt.cli._common import UserError, console, write_json
+from eopt.calculus.units import (
+    QuantityError,
+    format_energy,
+    format_percent,
+    format_power,
+    format_sigma,
+    format_time,
+    parse_quantity,
+)
+from eopt.cli._common import FiniteRange, UserError, console, quiet_option, write_json
 
 __all__ = ["command"]
 
 
 def _parse_idle_power(text: str | None) -> float | dict[str, float] | None:
-    """``60W`` → 60.0; ``gpu0=55W,gpu1=60`` → a mapping device → W."""
+    """``60W`` → 60.0; ``gpu0=55W,gpu1=60`` → a mapping device → W.
+
+    Raises:
+        UserError: naming --idle-power (and the device) for anything else.
+    """
     if text is None:
         return None
-    if "=" not in text:
-        return parse_power_w(text, "--idle-power")
-    out: dict[str, float] = {}
-    for part in text.split(","):
-        device, sep, value = part.partition("=")
-        if not sep or not device.strip():
-            raise click.BadParameter(
-                f"{part!r} is not DEVICE=WATTS (e.g. gpu0=55W,gpu1=60W)", param_hint="--idle-power"
-            )
-        out[device.strip()] = parse_power_w(value, f"--idle-power {device.strip()}")
-    return out
+    try:
+        if "=" not in text:
+            return parse_quantity(text, "W", what="--idle-power")
+        out: dict[str, float] = {}
+        for part in text.split(","):
+            device, sep, value = part.partition("=")
+            if not sep or not device.strip():
+                raise UserError(
+                    f"--idle-power {part!r}: expected DEVICE=WATTS, e.g. gpu0=55W,gpu1=60W"
+                )
+            out[device.strip()] = parse_quantity(value, "W", what=f"--idle-power {device.strip()}")
+        return out
+    except QuantityError as exc:
+        raise UserError(str(exc)) from None
 
 
 def _parse_measured(text: str | None) -> tuple[float, float] | None:
-    """``3.4`` or ``3.4±0.05`` or ``3.4+-0.05`` (J) → (E, σ)."""
+    """``3.4`` or ``3.4J`` or ``3.4±0.05`` or ``3.4+-0.05`` (J; kJ/mJ too) → (E, σ).
+
+    Raises:
+        UserError: naming --measured for anything but a finite E ≥ 0 and σ ≥ 0.
+    """
     if text is None:
         return None
-    raw = text.replace("+-", "±").replace("+/-", "±")
+    raw = text.replace("+/-", "±").replace("+-", "±")
     energy, _, std = raw.partition("±")
     try:
-        value = float(energy.strip().removesuffix("J").strip())
-        sigma = float(std.strip().removesuffix("J").strip()) if std.strip() else 0.0
-    except ValueError:
-        raise click.BadParameter(
-            f"{text!r} is not an energy like 3.4 or 3.4±0.05 (J)", param_hint="--measured"
-        ) from None
-    if sigma < 0:
-        raise click.BadParameter("the standard deviation must be ≥ 0", param_hint="--measured")
+        value = parse_quantity(energy, "J", what="--measured")
+        sigma = parse_quantity(std, "J", what="--measured σ") if std.strip() else 0.0
+    except QuantityError as exc:
+        raise UserError(f"{exc} (write an energy like 3.4J or 3.4J±0.05J)") from None
     return value, sigma
 
 
@@ -117,15 +132,6 @@ def _report(
     return out
 
 
-def _fmt_time(seconds: float) -> str:
-    """A duration in the unit that reads best (s, ms or µs)."""
-    if seconds >= 1.0 or seconds == 0.0:
-        return f"{seconds:.6g} s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.6g} ms"
-    return f"{seconds * 1e6:.6g} µs"
-
-
 def _print(data: dict[str, Any], confidence: float) -> None:
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
@@ -133,19 +139,23 @@ def _print(data: dict[str, Any], confidence: float) -> None:
     e, lo, hi = data["energy_j"], data["interval_j"]["low"], data["interval_j"]["high"]
     static = data["static_energy_j"]
     table.add_row("term", escape(data["term"]))
-    table.add_row(
-        "energy",
-        f"{e:.6g} J ± {data['std_energy_j']:.3g} J  "
-        f"({confidence:.0%} interval {lo:.6g} – {hi:.6g} J)",
-    )
+    spread = format_sigma(data["std_energy_j"], "J")
+    if data["std_energy_j"] > 0:
+        spread += (
+            f"; {format_percent(confidence, 0)} interval {format_energy(lo)} – {format_energy(hi)}"
+        )
+    table.add_row("energy", f"{format_energy(e)}  ({spread})")
     share = static / e if e > 0 else 0.0
     table.add_row(
         "static",
-        f"{static:.6g} J  ({share:.1%}; {data['static_power_w']:.4g} W over "
-        f"{_fmt_time(data['time_s'])})",
+        f"{format_energy(static)}  ({format_percent(share)}; "
+        f"{format_power(data['static_power_w'])} over "
+        f"{format_time(data['time_s'])})",
     )
-    table.add_row("dynamic", f"{data['dynamic_energy_j']:.6g} J")
-    table.add_row("time", f"{_fmt_time(data['time_s'])} ± {_fmt_time(data['std_time_s'])}")
+    table.add_row("dynamic", format_energy(data["dynamic_energy_j"]))
+    table.add_row(
+        "time", f"{format_time(data['time_s'])}  ({format_sigma(data['std_time_s'], 's')})"
+    )
     if data["devices"]:
         table.add_row("devices", escape(", ".join(data["devices"])))
     if "reduction_bias_j" in data:
@@ -153,7 +163,7 @@ def _print(data: dict[str, Any], confidence: float) -> None:
         table.add_row(
             "bias bound",
             f"{data['reduction_bias_j']:.3g} J (Reduction Theorem; with it "
-            f"{total['low']:.6g} – {total['high']:.6g} J)",
+            f"{format_energy(total['low'])} – {format_energy(total['high'])})",
         )
     if "deviation_test" in data:
         t = data["deviation_test"]
@@ -170,10 +180,10 @@ def _print(data: dict[str, Any], confidence: float) -> None:
             share = row["idle_energy_j"] / row["energy_j"] if row["energy_j"] > 0 else 0.0
             per.add_row(
                 escape(row["device"]),
-                _fmt_time(row["busy_s"]),
-                _fmt_time(row["idle_s"]),
-                f"{row['idle_energy_j']:.4g} J ({share:.1%})",
-                f"{row['energy_j']:.6g} J",
+                format_time(row["busy_s"]),
+                format_time(row["idle_s"]),
+                f"{format_energy(row['idle_energy_j'])} ({format_percent(share)})",
+                format_energy(row["energy_j"]),
             )
         console.print(per, highlight=False)
 
@@ -197,7 +207,7 @@ def _print(data: dict[str, Any], confidence: float) -> None:
     "--confidence",
     default=0.95,
     show_default=True,
-    type=click.FloatRange(0.0, 1.0, min_open=True, max_open=True),
+    type=FiniteRange(0.0, 1.0, min_open=True, max_open=True),
     help="Confidence of the printed interval.",
 )
 @click.option(
@@ -206,6 +216,7 @@ def _print(data: dict[str, Any], confidence: float) -> None:
     help="A direct measurement of the same composition: runs the deviation test (Eq. 23).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
+@quiet_option
 def command(
     args: tuple[str, ...],
     schedule_file: Path | None,
@@ -227,7 +238,7 @@ def command(
       eopt compose examples/attention.jsonl "prefix >> (compute | allreduce)" --json
       eopt compose examples/figure2_library.jsonl --schedule examples/figure2_schedule.yaml
       eopt compose lib.jsonl "gemm[impl=cutlass,sm_clock_mhz=1200] ⊗ idle(2ms, 60W)"
-      eopt compose plan.signatures.jsonl --schedule schedule.json --measured 253.4±0.5
+      eopt compose plan.signatures.jsonl --schedule schedule.json --measured 253.4J±0.5J
     """
     if schedule_file is None:
         if len(args) < 2:

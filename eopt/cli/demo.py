@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.markup import escape
 
-from eopt.cli._common import console, err_console
+from eopt.calculus.units import format_energy, format_percent, format_time
+from eopt.cli._common import Fraction, console, err_console, quiet_option, write_json
 
 __all__ = ["command"]
 
@@ -36,16 +38,28 @@ __all__ = ["command"]
     help="Microbatches per training iteration.",
 )
 @click.option(
-    "--slowdown", default="5%", show_default=True, help="Deadline above the fastest iteration time."
+    "--slowdown",
+    type=Fraction(),
+    default="5%",
+    show_default=True,
+    help="Deadline above the fastest iteration time (a bare 5 is refused: write 5%).",
 )
 @click.option("--seed", default=0, show_default=True, help="Seed of the simulator's noise.")
-def command(out_dir: Path, stages: int, microbatches: int, slowdown: str, seed: int) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the headline numbers as JSON.")
+@quiet_option
+def command(
+    out_dir: Path, stages: int, microbatches: int, slowdown: float, seed: int, as_json: bool
+) -> None:
     """Run the whole pipeline on the simulated GPU in under a minute.
 
     Sweeps simulated transformer-stage kernels and an all-reduce over SM clocks, builds a
     1F1B pipeline plan, solves it for a deadline 5 % above the fastest iteration, writes
     the schedule, an HTML report and a Perfetto trace, and shows `eopt apply --dry-run`
     and the runtime controller on simulated GPUs.
+
+    The demo owns the files it writes in --out (sweep.jsonl, signatures.jsonl,
+    plan.yaml, schedule.json, frontier.csv, report.html, trace.json): every run replaces
+    them, so `eopt demo` can be run again as it is; other files there are left alone.
 
     \b
     Examples:
@@ -54,10 +68,8 @@ def command(out_dir: Path, stages: int, microbatches: int, slowdown: str, seed: 
     """
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from eopt.cli._common import parse_percent
     from eopt.demo import run_demo
 
-    fraction = parse_percent(slowdown)
     err_console.print(
         "eopt demo: everything runs on the simulated GPU (eopt sim).", highlight=False
     )
@@ -69,6 +81,7 @@ def command(out_dir: Path, stages: int, microbatches: int, slowdown: str, seed: 
         TimeRemainingColumn(),
         console=err_console,
         transient=True,
+        disable=console.quiet or as_json,
     ) as bar:
         tasks: dict[str, int] = {}
 
@@ -81,11 +94,21 @@ def command(out_dir: Path, stages: int, microbatches: int, slowdown: str, seed: 
             out_dir,
             stages=stages,
             microbatches=microbatches,
-            slowdown=fraction,
+            slowdown=slowdown,
             seed=seed,
             progress=progress,
         )
-
+    if as_json:
+        write_json("-", _summary(result))
+        return
+    gains = result.savings
+    if gains is not None:
+        console.print(
+            f"[bold green]{escape(gains.headline())}[/] against every element at its "
+            f"fastest setting, optimality gap "
+            f"{'n/a' if result.gap is None else format_percent(result.gap, 2)}.",
+            highlight=False,
+        )
     console.print(
         f"[bold]Characterized[/] {result.cells} signatures → "
         f"{escape(str(result.files['library']))}",
@@ -97,18 +120,19 @@ def command(out_dir: Path, stages: int, microbatches: int, slowdown: str, seed: 
         highlight=False,
     )
     console.print(
-        f"[bold]Solved[/] deadline {result.deadline_s:.4g} s "
-        f"(fastest {result.fastest_makespan_s:.4g} s "
-        f"+ {fraction:.0%}) with {result.solver.get('name', '?')} "
+        f"[bold]Solved[/] deadline {format_time(result.deadline_s)} "
+        f"(fastest {format_time(result.fastest_makespan_s)} "
+        f"{format_percent(slowdown, sign=True)}) with {result.solver.get('name', '?')} "
         f"({result.solver.get('status', '?')}) → {escape(str(result.files['schedule']))}",
         highlight=False,
     )
-    gap = "n/a" if result.gap is None else f"{result.gap:.3%}"
+    gap = "n/a" if result.gap is None else format_percent(result.gap, 2)
     console.print(
-        f"  energy {result.energy_j:.5g} J vs all-fastest {result.baseline_energy_j:.5g} J: "
-        f"[bold green]saves {result.saved_j:.4g} J ({result.saved_fraction:.1%})[/], "
-        f"time added {result.time_added_s * 1e3:.4g} ms ({result.time_added_fraction:+.1%}), "
-        f"optimality gap {gap}",
+        f"  energy {format_energy(result.energy_j)} vs all-fastest "
+        f"{format_energy(result.baseline_energy_j)}: saves {format_energy(result.saved_j)} "
+        f"({format_percent(result.saved_fraction)}), time added "
+        f"{format_time(result.time_added_s)} "
+        f"({format_percent(result.time_added_fraction, sign=True)}), optimality gap {gap}",
         highlight=False,
     )
     console.print(f"[bold]Report[/] {escape(str(result.files['report']))}", highlight=False)
@@ -122,12 +146,32 @@ def command(out_dir: Path, stages: int, microbatches: int, slowdown: str, seed: 
     console.print("[bold]eopt apply --dry-run[/] (simulated GPUs):", highlight=False)
     for line in result.dry_run:
         console.print("  " + line, highlight=False, markup=False)
+    console.print("  " + result.apply_summary, highlight=False, markup=False)
     sw = result.switches
     if sw.get("count"):
         console.print(
             f"[bold]Runtime controller[/] one iteration on simulated GPUs: {sw['count']} "
-            f"switches, p50 {sw['p50_s'] * 1e3:.3g} ms, p99 {sw['p99_s'] * 1e3:.3g} ms; "
+            f"switches, p50 {format_time(sw['p50_s'], 3)}, p99 {format_time(sw['p99_s'], 3)}; "
             "GPUs restored.",
             highlight=False,
         )
     console.print(f"Done in {result.wall_s:.1f} s.", highlight=False)
+
+
+def _summary(result: Any) -> dict[str, Any]:
+    """What ``eopt demo --json`` prints: the files and the headline numbers."""
+    gains = result.savings
+    return {
+        "files": {name: str(path) for name, path in result.files.items()},
+        "cells": result.cells,
+        "fastest_makespan_s": result.fastest_makespan_s,
+        "deadline_s": result.deadline_s,
+        "makespan_s": result.makespan_s,
+        "energy_j": result.energy_j,
+        "baseline_energy_j": result.baseline_energy_j,
+        "gap": result.gap,
+        "savings": None if gains is None else gains.to_dict(),
+        "solver": result.solver,
+        "switches": result.switches,
+        "wall_s": result.wall_s,
+    }

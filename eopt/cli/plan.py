@@ -6,12 +6,30 @@ import os
 from pathlib import Path
 
 import click
+from rich.markup import escape
 
 from eopt.calculus.library import Library, write_library
-from eopt.calculus.units import parse_power_w
-from eopt.cli._common import UserError, console
-from eopt.plan.perseus import read_perseus_profile, stage_count
-from eopt.plan.pipeline import SCHEDULES, default_type, pipeline_plan
+from eopt.calculus.units import format_power
+from eopt.cli._common import (
+    GpuList,
+    Quantity,
+    UserError,
+    check_output,
+    console,
+    force_option,
+    quiet_option,
+    write_json,
+)
+from eopt.plan.perseus import read_perseus_profile
+from eopt.plan.pipeline import (
+    MAX_ELEMENTS,
+    MAX_MICROBATCHES,
+    MAX_STAGES,
+    SCHEDULES,
+    check_size,
+    default_type,
+    pipeline_plan,
+)
 from eopt.plan.planfile import write_plan
 
 __all__ = ["command"]
@@ -23,7 +41,7 @@ def command() -> None:
 
     \b
     Example:
-      eopt plan pipeline --profile gpt3.csv --microbatches 12 \\
+      eopt plan pipeline --profile examples/gpt3-a100.csv --microbatches 12 \\
           --idle-power 83.64W -o plan.yaml
       eopt solve plan.yaml --slowdown 5% -o schedule.json
     """
@@ -32,22 +50,6 @@ def command() -> None:
 def _library_file_for(plan_path: Path) -> Path:
     """``plan.yaml`` → ``plan.signatures.jsonl`` next to it."""
     return plan_path.with_name(plan_path.stem + ".signatures.jsonl")
-
-
-def _parse_gpus(text: str | None, stages: int) -> list[int] | None:
-    if text is None:
-        return None
-    try:
-        gpus = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise click.BadParameter(
-            f"{text!r} is not a list like 0,1,2,3", param_hint="--gpus"
-        ) from None
-    if len(gpus) != stages:
-        raise click.BadParameter(
-            f"expected {stages} GPU indices, got {len(gpus)}", param_hint="--gpus"
-        )
-    return gpus
 
 
 @command.command("pipeline")
@@ -64,15 +66,16 @@ def _parse_gpus(text: str | None, stages: int) -> list[int] | None:
 @click.option(
     "--stages",
     "-S",
-    type=click.IntRange(min=1),
-    help="Pipeline stages (default: all in the profile).",
+    type=click.IntRange(min=1, max=MAX_STAGES),
+    help=f"Pipeline stages (default: all in the profile; at most {MAX_STAGES}).",
 )
 @click.option(
     "--microbatches",
     "-M",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=MAX_MICROBATCHES),
     required=True,
-    help="Microbatches per iteration.",
+    help=f"Microbatches per iteration (at most {MAX_MICROBATCHES}; 2·S·M elements at most "
+    f"{MAX_ELEMENTS}).",
 )
 @click.option(
     "--schedule",
@@ -83,11 +86,17 @@ def _parse_gpus(text: str | None, stages: int) -> list[int] | None:
 )
 @click.option(
     "--idle-power",
+    type=Quantity("W"),
     required=True,
-    help="Draw of a waiting stage (idle/blocked), e.g. 83.64W; static power of imported cells.",
+    help="Draw of a waiting stage (idle/blocked), e.g. 83.64W or 83640mW; static power of "
+    "imported cells.",
 )
-@click.option("--deadline", type=float, help="Iteration-time bound to store in the plan, s.")
-@click.option("--gpus", help="Physical GPU index per stage, e.g. 0,1,2,3.")
+@click.option(
+    "--deadline",
+    type=Quantity("s", positive=True),
+    help="Iteration-time bound to store in the plan, e.g. 3s.",
+)
+@click.option("--gpus", type=GpuList(), help="Physical GPU index per stage, e.g. 0,1,2,3.")
 @click.option(
     "--output",
     "-o",
@@ -96,16 +105,21 @@ def _parse_gpus(text: str | None, stages: int) -> list[int] | None:
     help="Plan file to write (.yaml or .json); an imported profile goes next to it as "
     "<name>.signatures.jsonl.",
 )
+@force_option
+@click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
+@quiet_option
 def pipeline(
     profile: Path | None,
     library: Path | None,
     stages: int | None,
     microbatches: int,
     schedule: str,
-    idle_power: str,
+    idle_power: float,
     deadline: float | None,
-    gpus: str | None,
+    gpus: list[int] | None,
     output: Path,
+    force: bool,
+    as_json: bool,
 ) -> None:
     """A synchronous pipeline-parallel training iteration (1F1B or GPipe).
 
@@ -114,32 +128,32 @@ def pipeline(
 
     \b
     Examples:
-      eopt plan pipeline --profile gpt3-175b+a100_sxm_bf16.csv -M 12 \\
-          --idle-power 83.64W -o gpt3.yaml
+      eopt plan pipeline --profile examples/gpt3-a100.csv -M 12 \\
+          --idle-power 83.64W -o plan.yaml
       eopt plan pipeline --library stages.jsonl -S 4 -M 8 --schedule gpipe \\
           --idle-power 75W -o plan.json
     """
     if (profile is None) == (library is None):
         raise UserError("give exactly one of --profile CSV or --library JSONL")
-    try:
-        idle_w = parse_power_w(idle_power, "--idle-power")
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--idle-power") from None
-    if deadline is not None and deadline <= 0:
-        raise click.BadParameter("must be > 0 seconds", param_hint="--deadline")
+    if stages is not None:
+        check_size(stages, microbatches)
+    lib_path = _library_file_for(output) if profile is not None else library
+    check_output(output, force)
+    if profile is not None:
+        check_output(lib_path, force, option="--output (its signature library)")
     plan_dir = output.parent if str(output.parent) else Path(".")
     if profile is not None:
-        sigs = read_perseus_profile(profile, idle_w)
-        available = stage_count(sigs)
-        lib_path = _library_file_for(output)
+        sigs = read_perseus_profile(profile, idle_power)
         source = f"profile {profile}"
     else:
         assert library is not None
         sigs = Library.load(library).signatures
-        available = _stages_in(sigs)
-        lib_path = library
         source = f"library {library}"
+    available = _available_stages(sigs, source, from_profile=profile is not None)
     stages = stages or available
+    check_size(stages, microbatches)  # before any list of 2·S·M elements exists
+    if gpus is not None and len(gpus) != stages:
+        raise UserError(f"--gpus: expected {stages} GPU indices (one per stage), got {len(gpus)}")
     types = {s.name for s in sigs}
     missing = [
         default_type(s, kind)
@@ -153,6 +167,7 @@ def pipeline(
             f"{' …' if len(missing) > 6 else ''}; it covers {available} stage(s) — "
             "lower --stages or use a fuller profile"
         )
+    assert lib_path is not None
     if profile is not None:
         used = [s for s in sigs if int(s.workload.get("stage", 0)) < stages]
         write_library(lib_path, used)
@@ -160,27 +175,59 @@ def pipeline(
     plan = pipeline_plan(
         stages,
         microbatches,
-        idle_w,
+        idle_power,
         schedule=schedule,
         libraries=[rel_lib],
         deadline=deadline,
-        gpus=_parse_gpus(gpus, stages),
+        gpus=gpus,
         name=output.stem,
     )
     write_plan(output, plan)
+    if as_json:
+        write_json(
+            "-",
+            {
+                "plan": str(output),
+                "library": str(lib_path),
+                "schedule": schedule.lower(),
+                "stages": stages,
+                "microbatches": microbatches,
+                "elements": len(plan.elements),
+                "idle_power_w": idle_power,
+            },
+        )
+        return
     console.print(
-        f"Wrote [bold]{output}[/]: {schedule.upper()} pipeline, {stages} stages × "
+        f"Wrote [bold]{escape(str(output))}[/]: {schedule.upper()} pipeline, {stages} stages × "
         f"{microbatches} microbatches = {len(plan.elements)} elements on {stages} devices, "
-        f"idle power {idle_w:g} W.",
+        f"idle power {format_power(idle_power)}.",
         highlight=False,
     )
     if profile is not None:
         console.print(
-            f"Wrote [bold]{lib_path}[/]: {len(used)} signatures "
-            f"({len({s.name for s in used})} element types) from {profile}.",
+            f"Wrote [bold]{escape(str(lib_path))}[/]: {len(used)} signatures "
+            f"({len({s.name for s in used})} element types) from {escape(str(profile))}.",
             highlight=False,
         )
-    console.print(f"Next: eopt solve {output} --slowdown 5% -o schedule.json", highlight=False)
+    console.print(
+        f"Next: eopt solve {escape(str(output))} --slowdown 5% -o schedule.json", highlight=False
+    )
+
+
+def _available_stages(sigs: list, source: str, from_profile: bool) -> int:  # type: ignore[type-arg]
+    """The stages a profile (max stage index + 1) or a library (leading stages with both
+    a forward and a backward) covers. A profile's stage index is refused above
+    ``MAX_STAGES`` before any per-stage list is made: a row of stage 100000000 would
+    otherwise have eopt loop over a hundred million stages."""
+    if not from_profile:
+        return _stages_in(sigs)
+    highest = max((int(s.workload.get("stage", 0)) for s in sigs), default=0)
+    if highest >= MAX_STAGES:
+        raise UserError(
+            f"{source}: stage index {highest} is above the limit of {MAX_STAGES - 1} "
+            f"(at most {MAX_STAGES} stages); check the profile's stage column"
+        )
+    return highest + 1
 
 
 def _stages_in(sigs: list) -> int:  # type: ignore[type-arg]

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from eopt.cli._common import UserError, console
+from eopt.cli._common import UserError, check_output, console, force_option, quiet_option
 from eopt.cli.trace import is_recording
 
 __all__ = ["command"]
@@ -59,6 +59,8 @@ __all__ = ["command"]
     type=click.Path(dir_okay=False),
     help="HTML file to write.",
 )
+@force_option
+@quiet_option
 def command(
     libraries: tuple[str, ...],
     schedule_path: str | None,
@@ -67,6 +69,7 @@ def command(
     perfetto_path: str | None,
     title: str,
     output: str,
+    force: bool,
 ) -> None:
     """Write a standalone HTML report (inline CSS and SVG; opens offline).
 
@@ -101,6 +104,9 @@ def command(
         measurement = measurement_from_attribution(att, traces[0])
     elif measurement_path:
         measurement = read_measurement(measurement_path)
+    # After the inputs are read: a bad input is the first thing to hear about.
+    check_output(output, force)
+    check_output(perfetto_path, force, option="--perfetto")
     sources = [p for p in (*libraries, schedule_path, frontier_path, measurement_path) if p]
     target = write_report(
         output,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from eopt.cli._common import UserError, console, err_console
+from eopt.cli._common import UserError, console, err_console, quiet_option, write_json
 
 if TYPE_CHECKING:
     from eopt.devices.guard import StateFile
@@ -42,7 +42,7 @@ def _open(entry: dict[str, Any]) -> Any:
 @click.option(
     "--gpu",
     "gpus",
-    type=int,
+    type=click.IntRange(min=0),
     multiple=True,
     help="Restore only this GPU index (repeatable). Default: every saved GPU.",
 )
@@ -53,7 +53,9 @@ def _open(entry: dict[str, Any]) -> Any:
     help="Also restore GPUs saved by eopt processes that are still running, even while "
     "they hold the GPU's lock.",
 )
-def command(gpus: tuple[int, ...], dry_run: bool, force: bool) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print what was (or would be) restored.")
+@quiet_option
+def command(gpus: tuple[int, ...], dry_run: bool, force: bool, as_json: bool) -> None:
     """Restore GPU clocks and power limits saved by eopt runs that were killed.
 
     eopt saves each GPU's settings before changing them and restores them on exit,
@@ -78,6 +80,11 @@ def command(gpus: tuple[int, ...], dry_run: bool, force: bool) -> None:
         state_dir,
     )
 
+    # What --json prints: one entry per GPU acted on (or that would be), and the skips.
+    events: dict[str, list[str]] = {"restored": [], "would_restore": [], "skipped": []}
+    if as_json:
+        console.quiet = True  # stdout carries the JSON only
+
     def say(text: str, stream: Any = err_console) -> None:
         stream.print(text, highlight=False, soft_wrap=True)
 
@@ -89,12 +96,14 @@ def command(gpus: tuple[int, ...], dry_run: bool, force: bool) -> None:
     for state in files:
         if not state.local:
             say(f"skipping {state.path}: saved on host {state.host!r}; run eopt reset there")
+            events["skipped"].append(f"{state.path}: saved on host {state.host}")
             continue
         if not state.stale and not force:
             say(
                 f"skipping {state.path}: eopt process {state.pid} is still running and will "
                 "restore its GPUs itself (use --force to restore anyway)"
             )
+            events["skipped"].append(f"{state.path}: eopt process {state.pid} is running")
             continue
         remaining[state.path] = list(state.devices)
         for entry in state.devices:
@@ -120,6 +129,7 @@ def command(gpus: tuple[int, ...], dry_run: bool, force: bool) -> None:
             )
         if dry_run:
             say(f"would {_describe(first)} on {label}", console)
+            events["would_restore"].append(label)
             pending += 1
             continue
         try:
@@ -135,6 +145,7 @@ def command(gpus: tuple[int, ...], dry_run: bool, force: bool) -> None:
             failures.append(f"{label}: {exc}")
             continue
         restored += 1
+        events["restored"].append(label)
         # Every saved state of this GPU is settled now, the later ones included.
         for state, entry in entries:
             remaining[state.path] = [e for e in remaining[state.path] if e is not entry]
@@ -142,6 +153,8 @@ def command(gpus: tuple[int, ...], dry_run: bool, force: bool) -> None:
         for state in files:
             if state.path in remaining and len(remaining[state.path]) != len(state.devices):
                 state.write_devices(remaining[state.path])
+    if as_json:
+        write_json("-", {**events, "failed": failures, "dry_run": dry_run})
     if failures:
         raise UserError(
             f"restored {restored} GPU(s); failed: " + "; ".join(failures) + " (state file kept)"

@@ -20,16 +20,36 @@ from rich.progress import (
 from rich.table import Table
 
 from eopt.calculus.library import Library
-from eopt.cli._common import UserError, console, err_console, parse_percent, write_json
+from eopt.calculus.units import (
+    format_energy,
+    format_percent,
+    format_sigma,
+    format_time,
+)
+from eopt.cli._common import (
+    Fraction,
+    Quantity,
+    UserError,
+    check_output,
+    console,
+    err_console,
+    force_option,
+    quiet_option,
+    write_json,
+)
 from eopt.devices.operating_point import OperatingPoint
+from eopt.plan.budget import TimeBudget
 from eopt.plan.planfile import Plan, read_plan
 from eopt.plan.problem import load_plan_library
 from eopt.plan.schedule import Schedule, write_schedule
-from eopt.plan.solve import FrontierPlan, plan_frontier, solve_plan
+from eopt.plan.solve import FrontierPlan, plan_frontier, savings, solve_plan
 
-__all__ = ["command", "summarize_choices"]
+__all__ = ["MAX_POINTS", "command", "print_headline", "summarize_choices"]
 
 METHODS = ("auto", "milp", "relax")
+
+#: Most frontier points one call computes (each is a solve).
+MAX_POINTS = 1000
 
 
 def summarize_choices(schedule: Schedule) -> list[tuple[str, str]]:
@@ -52,33 +72,65 @@ def summarize_choices(schedule: Schedule) -> list[tuple[str, str]]:
     ]
 
 
+def print_headline(schedule: Schedule) -> None:
+    """The first lines of `eopt solve` and `eopt demo`: what is saved at no slowdown,
+    what more the slowdown buys, and (static plans) what one setting per GPU costs."""
+    gains = savings(schedule)
+    if gains is not None:
+        console.print(
+            f"[bold]{escape(gains.headline())}[/] against every element at its "
+            f"fastest setting ({format_energy(gains.baseline_energy_j)} in "
+            f"{format_time(float((schedule.baseline or {}).get('makespan', 0.0)))}).",
+            highlight=False,
+        )
+    static = schedule.meta.get("static")
+    if isinstance(static, dict) and static.get("per_element_energy_j"):
+        per = float(static["per_element_energy_j"])
+        extra = schedule.energy - per
+        console.print(
+            f"One setting per GPU (--static) costs {format_energy(extra)} "
+            f"({format_percent(extra / per, sign=True)}) against the per-element plan "
+            f"({format_energy(per)}), and needs no runtime controller.",
+            highlight=False,
+        )
+
+
 def _print_schedule(schedule: Schedule) -> None:
+    print_headline(schedule)
     table = Table(title="Choices per element type", title_justify="left")
     table.add_column("element type")
     table.add_column("κ/ω × count")
     for type_name, text in summarize_choices(schedule):
-        table.add_row(type_name, text)
+        table.add_row(escape(type_name), escape(text))
     console.print(table)
-    low, high = schedule.interval
-    deadline = (
-        "none (energy-minimizing makespan)"
-        if schedule.deadline is None
-        else (f"{schedule.deadline:.6g} s")
-    )
+    gains = savings(schedule)
+    if schedule.deadline is None:
+        deadline = "none (energy-minimizing makespan)"
+    else:
+        deadline = format_time(schedule.deadline)
+        if gains is not None:
+            deadline += f" (fastest + {format_percent(gains.slowdown)})"
     console.print(f"deadline     {deadline}", highlight=False)
-    console.print(f"makespan     {schedule.makespan:.6g} s", highlight=False)
-    console.print(
-        f"energy       {schedule.energy:.6g} J  (± {schedule.energy_std:.3g} J; "
-        f"{schedule.confidence:.0%} interval {low:.6g} … {high:.6g} J)",
-        highlight=False,
-    )
+    console.print(f"makespan     {format_time(schedule.makespan)}", highlight=False)
+    low, high = schedule.interval
+    spread = format_sigma(schedule.energy_std, "J")
+    if schedule.energy_std > 0:
+        spread += (
+            f"; {format_percent(schedule.confidence, 0)} interval "
+            f"{format_energy(low)} … {format_energy(high)}"
+        )
+    console.print(f"energy       {format_energy(schedule.energy)}  ({spread})", highlight=False)
     if schedule.lower_bound is not None:
-        gap = f"{schedule.gap:.3%}" if schedule.gap is not None else "n/a"
-        console.print(f"lower bound  {schedule.lower_bound:.6g} J  (gap {gap})", highlight=False)
+        gap = format_percent(schedule.gap, 3) if schedule.gap is not None else "n/a"
+        console.print(
+            f"lower bound  {format_energy(schedule.lower_bound)}  (gap {gap})", highlight=False
+        )
     solver = schedule.solver
+    limit = schedule.meta.get("time_limit_s")
+    took = schedule.meta.get("wall_time_s", solver.get("wall_time_s") or 0.0)
     console.print(
         f"solver       {escape(str(solver.get('name')))}, status {solver.get('status')}, "
-        f"{float(solver.get('wall_time_s') or 0.0):.2f} s",
+        f"{float(took):.2f} s" + (f" of the {float(limit):g} s limit" if limit else ""),
         highlight=False,
     )
     if solver.get("message"):
@@ -88,9 +140,9 @@ def _print_schedule(schedule: Schedule) -> None:
         saved = base["energy"] - schedule.energy
         added = schedule.makespan - base["makespan"]
         console.print(
-            f"vs fastest   {base['energy']:.6g} J at {base['makespan']:.6g} s: saves "
-            f"{saved:.6g} J ({saved / base['energy']:.2%}), adds {added:.4g} s "
-            f"({added / base['makespan']:.2%})",
+            f"vs fastest   {format_energy(base['energy'])} in {format_time(base['makespan'])}:"
+            f" saves {format_energy(saved)} ({format_percent(saved / base['energy'])}), adds "
+            f"{format_time(added)} ({format_percent(added / base['makespan'])})",
             highlight=False,
         )
 
@@ -108,7 +160,7 @@ def _write_frontier_csv(path: Path, points: list[FrontierPlan]) -> None:
 
 def _print_frontier(points: list[FrontierPlan], rows: int = 12) -> None:
     table = Table(title=f"Plan frontier ({len(points)} points)", title_justify="left")
-    for col in ("makespan s", "energy J", "lower bound J", "gap", "status"):
+    for col in ("makespan", "energy", "lower bound", "gap", "status"):
         table.add_column(col, justify="right")
     step = max(1, math.ceil(len(points) / rows))
     shown = points[::step]
@@ -116,10 +168,10 @@ def _print_frontier(points: list[FrontierPlan], rows: int = 12) -> None:
         shown.append(points[-1])
     for p in shown:
         table.add_row(
-            f"{p.makespan:.6g}",
-            f"{p.energy:.6g}",
-            "" if p.lower_bound is None else f"{p.lower_bound:.6g}",
-            "" if p.gap is None else f"{p.gap:.3%}",
+            format_time(p.makespan),
+            format_energy(p.energy),
+            "" if p.lower_bound is None else format_energy(p.lower_bound),
+            "" if p.gap is None else format_percent(p.gap, 3),
             p.status,
         )
     console.print(table)
@@ -133,6 +185,8 @@ def _progress(*columns: ProgressColumn) -> Progress:
         *columns,
         console=err_console,
         transient=True,
+        # --quiet silences stdout; the bar on stderr goes with it.
+        disable=console.quiet,
     )
 
 
@@ -161,8 +215,14 @@ def _run_frontier(
 
 @click.command("solve")
 @click.argument("plan_file", metavar="PLAN", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--deadline", type=float, help="Makespan bound in seconds.")
-@click.option("--slowdown", help="Bound relative to the fastest makespan, e.g. 5% (or 0.05).")
+@click.option(
+    "--deadline", type=Quantity("s", positive=True), help="Makespan bound, e.g. 3s or 2500ms."
+)
+@click.option(
+    "--slowdown",
+    type=Fraction(),
+    help="Bound relative to the fastest makespan, e.g. 5% (or 0.05; a bare 5 is refused).",
+)
 @click.option(
     "--method",
     type=click.Choice(METHODS),
@@ -176,13 +236,14 @@ def _run_frontier(
 )
 @click.option(
     "--time-limit",
-    type=click.FloatRange(min=0, min_open=True),
-    default=60.0,
+    type=Quantity("s", positive=True),
+    default="60s",
     show_default=True,
-    help="Solver time limit in s (per point with --frontier).",
+    help="Wall time for the whole solve, reading and building the problem included "
+    "(per point with --frontier).",
 )
 @click.option(
-    "--gap", type=click.FloatRange(min=0), default=1e-4, show_default=True, help="MILP gap."
+    "--gap", type=Fraction(), default="0.01%", show_default=True, help="MILP gap, e.g. 0.1%."
 )
 @click.option(
     "--library",
@@ -191,10 +252,16 @@ def _run_frontier(
     type=click.Path(dir_okay=False, path_type=Path),
     help="Signature library to use instead of the plan's own (repeatable).",
 )
+@click.option(
+    "--static",
+    is_flag=True,
+    help="One setting per GPU for the whole run (eopt apply can lock it without code "
+    "changes); also solves the per-element plan and prints what --static costs.",
+)
 @click.option("--frontier", "want_frontier", is_flag=True, help="Compute the plan frontier.")
 @click.option(
     "--points",
-    type=click.IntRange(min=2),
+    type=click.IntRange(min=2, max=MAX_POINTS),
     default=30,
     show_default=True,
     help="Frontier points (with --frontier).",
@@ -205,37 +272,48 @@ def _run_frontier(
     type=click.Path(dir_okay=False, path_type=Path),
     help="schedule.json (or frontier.csv with --frontier).",
 )
+@force_option
 @click.option("--json", "as_json", is_flag=True, help="Print the schedule as JSON on stdout.")
+@quiet_option
 def command(
     plan_file: Path,
     deadline: float | None,
-    slowdown: str | None,
+    slowdown: float | None,
     method: str,
     time_limit: float,
     gap: float,
     libraries: tuple[Path, ...],
+    static: bool,
     want_frontier: bool,
     points: int,
     output: Path | None,
+    force: bool,
     as_json: bool,
 ) -> None:
     """Choose κ and ω per element: minimum energy with the makespan within a deadline.
 
     Energy counts every element's E = s·T + d and every device's idle draw up to the
     makespan. Without --deadline/--slowdown the plan's own deadline is used, else the
-    energy-minimizing makespan.
+    energy-minimizing makespan. The first line says what is saved at no slowdown and
+    what more the slowdown buys, both against every element at its fastest setting.
+
+    --time-limit covers everything, reading and building the problem included: the
+    solver stops in time with the best plan found so far, and a plan too large to build
+    within the limit is refused with the limit it needs.
 
     \b
     Examples:
       eopt solve plan.yaml --slowdown 5% -o schedule.json
-      eopt solve plan.yaml --deadline 3.0 --method milp --time-limit 120
+      eopt solve plan.yaml --deadline 3s --method milp --time-limit 120s
+      eopt solve plan.yaml --slowdown 5% --static -o static.json   # eopt apply can lock it
       eopt solve plan.yaml --frontier --points 40 -o frontier.csv
     """
+    budget = TimeBudget(time_limit)  # reading the plan counts against the limit too
     if deadline is not None and slowdown is not None:
         raise UserError("give either --deadline or --slowdown, not both")
-    if deadline is not None and deadline <= 0:
-        raise click.BadParameter("must be > 0 seconds", param_hint="--deadline")
-    fraction = parse_percent(slowdown) if slowdown is not None else None
+    if want_frontier and static:
+        raise UserError("--static solves one deadline; leave out --frontier (or --static)")
+    check_output(output, force)
     plan = read_plan(plan_file)
     library = load_plan_library(plan, libraries, own=False) if libraries else None
     if want_frontier:
@@ -244,25 +322,31 @@ def command(
         )
         if output is not None:
             _write_frontier_csv(output, result)
-        _print_frontier(result)
-        if output is not None:
+        if as_json:
+            write_json("-", [p.to_row() for p in result])
+        else:
+            _print_frontier(result)
+        if output is not None and not as_json:
             console.print(f"Wrote {output}", highlight=False)
         return
+    budget.check("reading the plan", f"{len(plan.elements)} elements")
     # relax and auto search until the time limit or until they stall: show that work
     # is going on (on stderr, so that --json output stays clean).
     with _progress(TimeElapsedColumn()) as progress:
         progress.add_task(
-            f"solving {len(plan.elements)} elements ({method}, at most ~{time_limit:g} s)",
+            f"solving {len(plan.elements)} elements ({method}, at most "
+            f"{format_time(time_limit, 3)})",
             total=None,
         )
         schedule = solve_plan(
             plan,
             deadline=deadline,
-            slowdown=fraction,
+            slowdown=slowdown,
             method=method,
-            time_limit=time_limit,
             gap=gap,
             library=library,
+            static=static,
+            budget=budget,
         )
     if as_json:
         write_json("-", schedule.to_dict())

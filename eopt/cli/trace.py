@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 from rich.markup import escape
 
-from eopt.cli._common import UserError, console
+from eopt.cli._common import UserError, check_output, console, force_option, quiet_option
 
 __all__ = ["command", "is_recording"]
 
@@ -40,7 +40,11 @@ def is_recording(path: str) -> bool:
     type=click.Path(dir_okay=False),
     help="Trace file to write.",
 )
-def command(schedule_path: str | None, measurement_path: str | None, output: str) -> None:
+@force_option
+@quiet_option
+def command(
+    schedule_path: str | None, measurement_path: str | None, output: str, force: bool
+) -> None:
     """Export a Perfetto / Chrome trace: elements per device, power as counters.
 
     The argument is a schedule from `eopt solve`, or a recorded trace (a trace folder as
@@ -70,6 +74,7 @@ def command(schedule_path: str | None, measurement_path: str | None, output: str
     elif schedule_path:
         schedule = read_schedule(schedule_path)
     measurement = read_measurement(measurement_path) if measurement_path else None
+    check_output(output, force)  # after the inputs: a bad input is the first thing to hear
     target = write_trace(output, schedule, measurement, recording)
     console.print(
         f"Trace written to [bold]{escape(str(target))}[/] (open at ui.perfetto.dev)",

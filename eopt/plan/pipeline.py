@@ -19,7 +19,11 @@ from collections.abc import Callable, Sequence
 from eopt.plan.planfile import Plan, PlanDevice, PlanElement, PlanError
 
 __all__ = [
+    "MAX_ELEMENTS",
+    "MAX_MICROBATCHES",
+    "MAX_STAGES",
     "SCHEDULES",
+    "check_size",
     "gpipe_order",
     "one_f_one_b_order",
     "pipeline_plan",
@@ -28,6 +32,13 @@ __all__ = [
 ]
 
 SCHEDULES = ("1f1b", "gpipe")
+
+#: Size limits of a generated pipeline, checked before anything is allocated: far above
+#: any real pipeline, low enough that a typo (``-M 1000000``) fails at once instead of
+#: filling memory. A plan of ``MAX_ELEMENTS`` elements takes minutes to solve.
+MAX_STAGES = 512
+MAX_MICROBATCHES = 16384
+MAX_ELEMENTS = 200_000
 
 Op = tuple[str, int]  # ("forward" | "backward", microbatch)
 
@@ -88,11 +99,36 @@ def stage_order(schedule: str, stages: int, microbatches: int, stage: int) -> li
     raise PlanError(f"unknown pipeline schedule {schedule!r}; choose one of {list(SCHEDULES)}")
 
 
-def _check(stages: int, microbatches: int, stage: int) -> None:
+def check_size(stages: int, microbatches: int) -> None:
+    """Refuse pipelines outside the documented limits, before allocating anything.
+
+    Raises:
+        PlanError: naming the value, the limit and what to do.
+    """
+    for value, what in ((stages, "stages"), (microbatches, "microbatches")):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise PlanError(f"{what} must be a whole number, got {value!r}")
     if stages < 1 or microbatches < 1:
         raise PlanError(
             f"a pipeline needs ≥ 1 stage and ≥ 1 microbatch, got S={stages}, M={microbatches}"
         )
+    if stages > MAX_STAGES:
+        raise PlanError(f"{stages} stages is above the limit of {MAX_STAGES} stages")
+    if microbatches > MAX_MICROBATCHES:
+        raise PlanError(
+            f"{microbatches} microbatches is above the limit of {MAX_MICROBATCHES} "
+            "microbatches per iteration"
+        )
+    if 2 * stages * microbatches > MAX_ELEMENTS:
+        raise PlanError(
+            f"{stages} stages × {microbatches} microbatches make {2 * stages * microbatches} "
+            f"elements, above the limit of {MAX_ELEMENTS}; plan fewer microbatches (the "
+            "steady state repeats, so a few dozen show it)"
+        )
+
+
+def _check(stages: int, microbatches: int, stage: int) -> None:
+    check_size(stages, microbatches)
     if not 0 <= stage < stages:
         raise PlanError(f"stage {stage} is outside 0 … {stages - 1}")
 
@@ -142,8 +178,13 @@ def pipeline_plan(
         raise PlanError(
             f"idle power: expected 1 or {stages} values (one per stage), got {len(powers)}"
         )
-    if gpus is not None and len(gpus) != stages:
-        raise PlanError(f"gpus: expected {stages} GPU indices (one per stage), got {len(gpus)}")
+    if gpus is not None:
+        if len(gpus) != stages:
+            raise PlanError(f"gpus: expected {stages} GPU indices (one per stage), got {len(gpus)}")
+        if any(isinstance(g, bool) or not isinstance(g, int) or g < 0 for g in gpus):
+            raise PlanError(f"gpus: GPU indices are integers ≥ 0, got {list(gpus)}")
+        if len(set(gpus)) != len(gpus):
+            raise PlanError(f"gpus: each stage needs its own GPU, got {list(gpus)}")
     devices = tuple(
         PlanDevice(f"stage{s}", powers[s], None if gpus is None else int(gpus[s]))
         for s in range(stages)

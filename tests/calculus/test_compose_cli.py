@@ -33,10 +33,10 @@ def _fail(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
 def test_compose_expression_prints_energy_split_time_and_term() -> None:
     out = " ".join(_run(["compose", ATTENTION, "seq(prefix, par(compute, allreduce))"]).split())
     assert "prefix ⊗ (compute ⊕ allreduce)" in out
-    assert "3.32 J ±" in out and "95% interval" in out
-    assert "0.5184 J (15.6%; 120 W over 4.32 ms)" in out
+    assert "energy 3.32 J (σ 0.024 J; 95 % interval 3.2734 J – 3.3666 J)" in out
+    assert "0.5184 J (15.6 %; 120 W over 0.00432 s)" in out  # times always in s
     assert "dynamic 2.8016 J" in out
-    assert "time 4.32 ms" in out
+    assert "time 0.00432 s (σ 1.4e-05 s)" in out
 
 
 def test_compose_json() -> None:
@@ -112,7 +112,10 @@ def test_bad_library_line_is_one_line_error(
         (["prefix[impl=nccl]"], "no signature of 'prefix' matches the selector"),
         ([], "give at least one library and an expression"),
         ([ATTENTION], "looks like a library, not an expression"),
-        (["prefix", "--measured", "lots"], "is not an energy like 3.4"),
+        (["prefix", "--measured", "lots"], "cannot read 'lots' as a quantity in J"),
+        (["prefix", "--measured", "-5"], "--measured: must be a finite number ≥ 0 J, got '-5'"),
+        (["prefix", "--measured", "3.4±nan"], "--measured σ: must be a finite number"),
+        (["prefix", "--measured", "3.4MW"], "'MW' is not a unit of energy"),
         (["prefix", "--idle-power", "gpu0"], "cannot read 'gpu0'"),
     ],
 )

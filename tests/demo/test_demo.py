@@ -12,9 +12,11 @@ import math
 import pytest
 
 from eopt.calculus.library import read_library
+from eopt.calculus.units import format_energy
 from eopt.cli import main
 from eopt.plan.planfile import read_plan
 from eopt.plan.schedule import read_schedule
+from eopt.plan.solve import savings
 from eopt.report import energy_breakdown
 
 
@@ -97,8 +99,19 @@ def test_report_trace_and_frontier_parse(demo):
 def test_demo_prints_the_headline_the_files_and_the_dry_run(run):
     out_dir, out = run
     schedule = read_schedule(out_dir / "schedule.json")
+    gains = savings(schedule)
+    assert gains is not None
+    # First the headline: what is free, then what the 5 % buys, both against all-fastest.
+    assert out.startswith(
+        f"Saves {gains.at_fastest * 100:.1f} % at no slowdown, "
+        f"{gains.for_time * 100:.1f} % more for +5.0 % time against every element"
+    )
+    assert gains.at_fastest > 0.05 and gains.for_time > 0  # both parts are real
     saved = schedule.baseline["energy"] - schedule.energy
-    assert f"saves {saved:.4g} J" in out and "time added" in out and "optimality gap" in out
+    assert gains.at_deadline == pytest.approx(saved / schedule.baseline["energy"])
+    assert f"saves {format_energy(saved)}" in out and "time added" in out
+    assert "optimality gap" in out
+    assert "0 of 4 GPUs would change: the schedule switches settings per element" in out
     for name in ("report.html", "trace.json", "schedule.json"):
         assert name in out
     assert "nvmlDeviceSetGpuLockedClocks(gpu0," in out
@@ -109,3 +122,18 @@ def test_demo_prints_the_headline_the_files_and_the_dry_run(run):
         changes += sum(1 for i, c in enumerate(clocks) if i == 0 or c != clocks[i - 1])
     assert f"Runtime controller one iteration on simulated GPUs: {changes} switches" in out
     assert "GPUs restored" in out
+
+
+def test_demo_replaces_its_own_files_and_leaves_others_alone(tmp_path):
+    """`eopt demo` twice in one folder works (README), with no --force: the demo owns
+    the files it writes there."""
+    out = tmp_path / "demo"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine\n")
+    (out / "schedule.json").write_text("stale\n")
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        main(["demo", "--out", str(out), "--stages", "2", "--microbatches", "2", "-q"])
+    assert printed.getvalue() == ""  # --quiet
+    assert (out / "notes.txt").read_text() == "mine\n"
+    assert read_schedule(out / "schedule.json").baseline is not None  # replaced

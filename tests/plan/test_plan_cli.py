@@ -86,9 +86,13 @@ def test_solve_writes_schedule_and_reports_savings(small_plan: Path, tmp_path: P
     assert schedule.makespan <= schedule.deadline
     saved = base["energy"] - schedule.energy
     assert saved > 0
-    assert f"{saved / base['energy']:.2%}" in text
+    assert f"({saved / base['energy'] * 100:.1f} %)" in text
     assert "stage0.forward" in text and "MHz×" in text
     assert "lower bound" in text
+    # The headline comes first and matches the numbers stored for the report.
+    gains = base["savings"]
+    assert text.lstrip().startswith(f"Saves {gains['at_fastest'] * 100:.1f} % at no slowdown")
+    assert gains["at_deadline"] == pytest.approx(saved / base["energy"])
 
 
 def test_solve_json_output(small_plan: Path) -> None:
