@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -64,3 +64,13 @@ def shared_data() -> Callable[[str], Path]:
 def _no_real_state_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
     """Keep eopt's state files (saved GPU settings) out of the user's home during tests."""
     monkeypatch.setenv("EOPT_STATE_DIR", str(tmp_path_factory.mktemp("eopt-state")))
+
+
+@pytest.fixture(autouse=True)
+def _loud_console() -> Iterator[None]:
+    """``-q`` silences eopt's module-level console; a test that invokes a command with it
+    must not silence the tests after it (the ``eopt`` group resets it per invocation)."""
+    yield
+    from eopt.cli._common import console
+
+    console.quiet = False

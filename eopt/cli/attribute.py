@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import click
 
-from eopt.cli._common import UserError, console, write_json
+from eopt.cli._common import (
+    UserError,
+    check_output,
+    console,
+    force_option,
+    quiet_option,
+    write_json,
+)
 
 __all__ = ["command", "csv_options"]
 
@@ -52,6 +59,8 @@ def csv_options(f: click.decorators.FC) -> click.decorators.FC:
 @click.option("--calls", is_flag=True, help="JSON: also list every call with its energy.")
 @click.option("--regions-only", is_flag=True, help="Table: hide kernels and copies.")
 @csv_options
+@quiet_option
+@force_option
 def command(
     path: str,
     as_json: bool,
@@ -63,6 +72,7 @@ def command(
     power_column: str | None,
     time_unit: str,
     events_path: str | None,
+    force: bool,
 ) -> None:
     """Charge a recorded run's energy to its regions and kernels.
 
@@ -89,6 +99,7 @@ def command(
     from eopt.measure.traces import TraceError
     from eopt.report.attribution_table import render_attribution
 
+    check_output(output, force)
     opts = PowerCsvOptions(
         time_column=time_column,
         power_column=power_column,

@@ -6,7 +6,14 @@ from pathlib import Path
 
 import click
 
-from eopt.cli._common import UserError, console, write_json
+from eopt.cli._common import (
+    UserError,
+    check_output,
+    console,
+    force_option,
+    quiet_option,
+    write_json,
+)
 
 __all__ = ["command"]
 
@@ -47,6 +54,8 @@ __all__ = ["command"]
 @click.option(
     "-o", "--output", type=click.Path(dir_okay=False), help="Also write the JSON to this file."
 )
+@quiet_option
+@force_option
 def command(
     a_path: str,
     b_path: str,
@@ -58,6 +67,7 @@ def command(
     seed: int,
     as_json: bool,
     output: str | None,
+    force: bool,
 ) -> None:
     """Compare two variants over repeated runs: medians, means, reductions, bootstrap CIs.
 
@@ -82,6 +92,7 @@ def command(
     from eopt.measure.variants import load_variant
     from eopt.report.compare_table import render_comparison
 
+    check_output(output, force)
     try:
         a = load_variant(a_path, region, domain=domain, edges=edges)  # type: ignore[arg-type]
         b = load_variant(b_path, region, domain=domain, edges=edges)  # type: ignore[arg-type]

@@ -11,7 +11,14 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from eopt.cli._common import UserError, console, err_console, write_json
+from eopt.cli._common import (
+    UserError,
+    check_output,
+    console,
+    err_console,
+    quiet_option,
+    write_json,
+)
 from eopt.devices.base import WallClock
 from eopt.measure.command import CommandMeasurement, MeasureError, measure_command
 
@@ -238,8 +245,11 @@ def print_report(result: CommandMeasurement) -> None:
     help="With --repeat: idle seconds between runs.",
 )
 @click.option(
-    "--force", is_flag=True, help="With --repeat: write into a run-set folder that is not empty."
+    "--force",
+    is_flag=True,
+    help="Overwrite the -o file, or write into a trace or run-set folder that is not empty.",
 )
+@quiet_option
 def command(
     cmd: tuple[str, ...],
     as_json: bool,
@@ -311,10 +321,12 @@ def command(
         )
         return
     if kokkos or gpus is not None or "rapl" in backend or backend == "none":
+        check_output(output, force)
         _record(list(cmd), backend, gpus, kokkos, method, trace_dir, as_json, output, force)
         return
     if output and os.path.isdir(output):
         raise UserError(f"{output}: is a folder; -o names the JSON file (or add --repeat N)")
+    check_output(output, force)
     device = open_measure_device(backend, gpu_index)
     if trace_dir and not isinstance(device.clock, WallClock):
         # No GPU to watch: still record the events (and the CPU, where RAPL is readable).

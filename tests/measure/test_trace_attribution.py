@@ -254,3 +254,17 @@ def test_power_csv_with_named_columns_and_milliwatts(tmp_path) -> None:
     assert result.exit_code == 0, result.output
     energies = {s["device_id"]: s["energy_j"] for s in json.loads(result.output)["series"]}
     assert energies == pytest.approx({0: 150.0, 1: 200.0})  # 1 s at 150 W and at 200 W
+
+
+def test_outputs_follow_the_overwrite_rule_and_quiet_prints_nothing(tmp_path) -> None:
+    write_dashboard(nested_trace(), tmp_path / "t")
+    out = tmp_path / "att.json"
+    out.write_text("keep me")
+    refused = CliRunner().invoke(attribute_cli.command, [str(tmp_path / "t"), "-o", str(out)])
+    assert refused.exit_code == 1 and "--force" in refused.output
+    assert out.read_text() == "keep me"
+    forced = CliRunner().invoke(
+        attribute_cli.command, [str(tmp_path / "t"), "-o", str(out), "--force", "-q"]
+    )
+    assert forced.exit_code == 0 and forced.output == ""
+    assert json.loads(out.read_text())["schema"] == "eopt.attribution/1"
