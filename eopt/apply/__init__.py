@@ -2,17 +2,20 @@
 
 ``plan_apply`` works out what each GPU needs and checks it against what the GPU
 supports; ``apply_locked`` / ``run_with_settings`` set one lock per GPU;
-``RuntimeController`` switches per element off the caller's thread. Every change runs
-inside the devices layer's state guard, so the original state comes back on every exit.
+``RuntimeController`` switches per element off the caller's thread and records how the
+loop drifts from the schedule. Every change runs inside the devices layer's state guard,
+so the original state comes back on every exit.
 """
 
 from eopt.apply.controller import RuntimeController
+from eopt.apply.drift import DriftReport, PlanDriftWarning
 from eopt.apply.latency import SwitchStats
 from eopt.apply.settings import (
     ApplyError,
     DevicePlan,
     check_setting,
     device_plans,
+    gpu_resolver,
     nvml_calls,
     parse_gpu_map,
     resolve_gpu_map,
@@ -23,11 +26,14 @@ __all__ = [
     "ApplyError",
     "ApplyPlan",
     "DevicePlan",
+    "DriftReport",
+    "PlanDriftWarning",
     "RuntimeController",
     "SwitchStats",
     "apply_locked",
     "check_setting",
     "device_plans",
+    "gpu_resolver",
     "nvml_calls",
     "parse_gpu_map",
     "plan_apply",

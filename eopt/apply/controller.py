@@ -6,25 +6,45 @@ or ``with controller.element("F3"):``); the controller compares the element's
 device-wide operating point with the one last requested on that device and, only when
 it differs, hands the switch to a worker thread of that device, because the NVML call
 blocks for milliseconds and the training loop must not wait for it. Each switch's
-latency (request → device call returned) is recorded.
+latency (request → device call returned) is recorded, and so is how the loop drifts
+from the schedule (order, durations, elements never entered; :mod:`eopt.apply.drift`).
+
+A ``None`` field of an element's operating point means the driver's default (its
+original setting, for the power limit): switching to it from a point that set the field
+puts the device back first, then applies the fields that are set.
 
 Every exit path restores the devices: the controller runs inside the devices layer's
-state guard (normal exit, exceptions, SIGINT/SIGTERM), after stopping its workers so
-that no switch can land after the restore.
+state guard. On a normal exit or an exception the workers stop first, then the guard
+restores. On SIGINT / SIGTERM the guard's watchdog restores at once, from its own thread
+(the main thread may be blocked in ``dist.recv``); the device's gate lets a switch in
+flight finish first and refuses every later one, so the workers go quiet and the loop
+runs on at the original settings until it ends.
 """
 
 from __future__ import annotations
 
+import difflib
+import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager, suppress
 from types import TracebackType
 
+from eopt.apply.drift import DriftTracker
 from eopt.apply.guard import device_guard
 from eopt.apply.latency import SwitchStats
-from eopt.apply.settings import ApplyError, check_setting, device_plans, resolve_gpu_map
+from eopt.apply.settings import (
+    ApplyError,
+    GpuSpec,
+    check_setting,
+    device_plans,
+    gpu_resolver,
+    resolve_gpu_map,
+)
 from eopt.devices.base import Device
+from eopt.devices.guard import ControlEndedError, changing
 from eopt.devices.operating_point import OperatingPoint
 from eopt.plan.schedule import Schedule, ScheduledElement
 
@@ -32,12 +52,23 @@ __all__ = ["RuntimeController"]
 
 GuardFactory = Callable[[Sequence[Device]], AbstractContextManager[object]]
 
+_FIELDS = ("sm_clock_mhz", "mem_clock_mhz", "power_limit_w")
+_UNKNOWN = object()  # the device's setting after a failed switch: anything may be set
+
+
+def _needs_reset(current: OperatingPoint | None, point: OperatingPoint) -> bool:
+    """True when ``point`` leaves a field to the driver that ``current`` had set."""
+    if current is None:
+        return False
+    return any(getattr(point, f) is None and getattr(current, f) is not None for f in _FIELDS)
+
 
 class _SwitchWorker:
     """One thread per GPU that carries out the switches requested for it, newest first.
 
     A request that arrives while an older one still waits replaces it: only the latest
-    setting matters, and applying a stale one would only add latency.
+    setting matters, and applying a stale one would only add latency. A request for the
+    setting the GPU already has when the worker reaches it is dropped.
     """
 
     def __init__(self, device: Device, plan_device: str, timer: Callable[[], float]) -> None:
@@ -48,9 +79,13 @@ class _SwitchWorker:
         self._pending: tuple[OperatingPoint, float] | None = None
         self._busy = False
         self._stopping = False
+        # What this worker last put on the device: None is the state found at the start.
+        self._current: object = None
         self.latencies_s: list[float] = []
         self.applied: list[OperatingPoint] = []
         self.coalesced = 0
+        self.redundant = 0
+        self.ended = False  # the device was restored (a signal): nothing more is switched
         self.error: BaseException | None = None
         self._thread = threading.Thread(
             target=self._run, name=f"eopt-switch-{plan_device}", daemon=True
@@ -61,6 +96,8 @@ class _SwitchWorker:
 
     def request(self, point: OperatingPoint, requested_at: float) -> None:
         with self._cond:
+            if self.ended:
+                return
             if self._pending is not None:
                 self.coalesced += 1
             self._pending = (point, requested_at)
@@ -88,22 +125,45 @@ class _SwitchWorker:
                 assert self._pending is not None
                 point, requested_at = self._pending
                 self._pending = None
+                if point == self._current:
+                    # Superseded by the setting the GPU already has: nothing to do.
+                    self.redundant += 1
+                    self._cond.notify_all()
+                    continue
                 self._busy = True
             try:
-                self.device.set_operating_point(point)
+                self._switch(point)
+            except ControlEndedError:
+                with self._cond:
+                    self.ended = True  # restored under us: stay quiet, it is not an error
             except BaseException as exc:  # handed to the caller's thread, never lost
                 with self._cond:
+                    self._current = _UNKNOWN
                     if self.error is None:
                         self.error = exc
             else:
                 done = self._timer()
                 with self._cond:
+                    self._current = point
                     self.latencies_s.append(done - requested_at)
                     self.applied.append(point)
             finally:
                 with self._cond:
                     self._busy = False
                     self._cond.notify_all()
+
+    def _switch(self, point: OperatingPoint) -> None:
+        current = self._current
+        reset = current is _UNKNOWN or _needs_reset(current, point)  # type: ignore[arg-type]
+        if not reset:
+            self.device.set_operating_point(point)
+            return
+        # Back to the state found at the start, then the fields that are set; under the
+        # device's gate, so that no restore of the guard can fall between the two.
+        with changing(self.device):
+            self.device.restore()
+            if point.device_key != (None, None, None):
+                self.device.set_operating_point(point)
 
 
 class RuntimeController:
@@ -113,10 +173,13 @@ class RuntimeController:
     it ends::
 
         schedule = read_schedule("schedule.json")
-        with RuntimeController.from_schedule(schedule, only=["stage1"]) as ctl:
-            for name in my_stage_order:
-                with ctl.element(name):
-                    run_microbatch(name)
+        with RuntimeController.from_schedule(
+            schedule, only=["stage1"], gpu_map={"stage1": torch.cuda.current_device()},
+            backend="nvml",
+        ) as ctl:
+            for step in stage_steps(1, stages, microbatches):
+                with ctl.element(step.name):
+                    run(step)
         print(ctl.stats().summary())
 
     Args:
@@ -125,9 +188,14 @@ class RuntimeController:
             this mapping cannot be entered (e.g. another rank's stage).
         guard: Context-manager factory that saves and restores device state; defaults
             to the devices layer's guard. Tests may pass their own.
-        timer: Wall-clock source for latency, in s.
+        timer: Wall-clock source for latency and durations, in s.
         check: Check every setting against the devices' supported clocks and power-limit
             range before anything changes.
+        slow_factor: Elements count as slow from this many times their planned duration
+            (median over an iteration of ``with controller.element(...)`` blocks).
+        warn_drift: Warn (:class:`eopt.apply.drift.PlanDriftWarning`) when the loop
+            leaves the schedule's order, runs slow, or never enters some elements; False
+            only records it (:meth:`stats`).
 
     Raises:
         ApplyError: a device name not in the schedule, or (with ``check``) a setting the
@@ -142,6 +210,8 @@ class RuntimeController:
         guard: GuardFactory | None = None,
         timer: Callable[[], float] = time.perf_counter,
         check: bool = True,
+        slow_factor: float = 2.0,
+        warn_drift: bool = True,
     ) -> None:
         plan_names = [d.name for d in schedule.devices]
         unknown = sorted(set(devices) - set(plan_names))
@@ -171,6 +241,7 @@ class RuntimeController:
         }
         self._requested: dict[str, OperatingPoint | None] = dict.fromkeys(self._devices)
         self._skipped: dict[str, int] = dict.fromkeys(self._devices, 0)
+        self._drift = DriftTracker(schedule, list(self._devices), slow_factor, warn_drift)
         self._lock = threading.Lock()
         self._stack: ExitStack | None = None
         self._closed = False
@@ -181,29 +252,60 @@ class RuntimeController:
         cls,
         schedule: Schedule,
         *,
-        gpu_map: Mapping[str, int] | None = None,
+        gpu_map: Mapping[str, GpuSpec] | None = None,
         only: Sequence[str] | None = None,
         backend: str = "auto",
+        sim_model: str = "A100-SXM4-40GB",
+        seed: int = 0,
         **kwargs: object,
     ) -> RuntimeController:
         """Open the GPUs a schedule maps to and build a controller over them.
 
         Args:
             schedule: The solved schedule.
-            gpu_map: Plan device → GPU index overrides (else the schedule's ``gpu``
-                fields, else position order).
-            only: Control just these plan devices (e.g. the stage of this rank).
-            backend: ``auto`` | ``nvml`` | ``sim`` (see ``eopt.devices.open_devices``).
-            **kwargs: Passed to the constructor (``guard``, ``timer``, ``check``).
-        """
-        from eopt.devices import open_devices  # type: ignore[attr-defined]
+            gpu_map: Plan device → the GPU it runs on in THIS process: a CUDA ordinal
+                (``torch.cuda.current_device()``; ``CUDA_VISIBLE_DEVICES`` is honoured),
+                a UUID (``GPU-…``), a PCI bus id or ``nvml:N``. Devices not given use the
+                schedule's ``gpu`` field (an NVML index), else their position.
+            only: Control just these plan devices (e.g. the stage of this rank). Only they
+                must land on distinct GPUs.
+            backend: ``nvml`` (real GPUs; an error without them — what a training job
+                wants), ``sim``, or ``auto``: NVML where it sees a GPU, else the simulated
+                GPU, with a :class:`RuntimeWarning` saying that no real GPU is controlled.
+            sim_model: Model of the simulated GPU.
+            seed: Seed of the simulator's noise.
+            **kwargs: Passed to the constructor (``guard``, ``timer``, ``check``,
+                ``slow_factor``, ``warn_drift``).
 
-        mapping = resolve_gpu_map(schedule, gpu_map)
-        wanted = list(only) if only is not None else list(mapping)
-        missing = sorted(set(wanted) - set(mapping))
+        Raises:
+            ApplyError: an unknown device in ``only`` or ``gpu_map``, a GPU that is not
+                there, or two controlled devices on one GPU.
+            DeviceError: NVML asked for and unavailable.
+        """
+        from eopt.devices import open_devices
+        from eopt.devices.sim import SimulatedGPU
+
+        names = [d.name for d in schedule.devices]
+        wanted = list(only) if only is not None else names
+        missing = sorted(set(wanted) - set(names))
         if missing:
-            raise ApplyError(f"only={missing}: not devices of the schedule ({list(mapping)})")
-        opened = open_devices(backend=backend, indices=[mapping[n] for n in wanted])
+            raise ApplyError(f"only={missing}: not devices of the schedule ({names})")
+        mapping = resolve_gpu_map(
+            schedule, gpu_map, resolve=gpu_resolver(backend), among=wanted, python_api=True
+        )
+        opened = open_devices(
+            backend=backend, indices=[mapping[n] for n in wanted], sim_model=sim_model, seed=seed
+        )
+        if backend == "auto" and any(isinstance(d, SimulatedGPU) for d in opened):
+            # Training would run on without control: say it where it cannot be missed.
+            message = (
+                "eopt RuntimeController: backend='auto' found no GPU that NVML can control "
+                f"(see the line above) and controls SIMULATED {sim_model} GPUs instead: "
+                "the real GPUs, if any, keep their clocks. Pass backend='nvml' to make "
+                "this an error, or backend='sim' to simulate on purpose"
+            )
+            print(f"WARNING: {message}", file=sys.stderr)
+            warnings.warn(message, RuntimeWarning, stacklevel=2)
         return cls(schedule, dict(zip(wanted, opened, strict=True)), **kwargs)  # type: ignore[arg-type]
 
     # Life cycle ----------------------------------------------------------------------------
@@ -226,6 +328,9 @@ class RuntimeController:
 
     def close(self) -> None:
         """Stop the workers, then restore every device; re-raise a failed switch."""
+        self._close(normal=True)
+
+    def _close(self, normal: bool) -> None:
         if self._stack is None:
             self._closed = True
             return
@@ -236,6 +341,7 @@ class RuntimeController:
                 worker.stop()
         finally:
             stack.close()
+        self._drift.close(warn=normal)
         self._raise_worker_error()
 
     def __enter__(self) -> RuntimeController:
@@ -252,7 +358,7 @@ class RuntimeController:
             return
         # The block's own exception wins; restore regardless.
         with suppress(Exception):
-            self.close()
+            self._close(normal=False)
 
     # Switching ------------------------------------------------------------------------------
     def enter(self, element_name: str) -> bool:
@@ -262,33 +368,23 @@ class RuntimeController:
 
         Returns:
             True when a switch was requested, False when the device already had (or was
-            already switching to) this setting.
+            already switching to) this setting, or its settings were restored after a
+            signal.
 
         Raises:
-            KeyError: an element the schedule does not have.
+            KeyError: an element the schedule does not have (naming this controller's
+                elements and the nearest names).
             ApplyError: an element on a device this controller does not control, or a
                 controller that was not started.
             Exception: the error of an earlier switch that failed on the worker.
         """
-        if self._stack is None:
-            raise ApplyError(
-                "the controller is not running: use `with controller:` or call start() first"
-            )
-        self._raise_worker_error()
-        element = self._elements.get(element_name)
-        if element is None:
-            sample = ", ".join(list(self._elements)[:5])
-            raise KeyError(
-                f"element {element_name!r} is not in the schedule (elements look like: {sample})"
-            )
-        worker = self._workers.get(element.device)
-        if worker is None:
-            raise ApplyError(
-                f"element {element_name!r} runs on device {element.device!r}, which this "
-                f"controller does not control ({sorted(self._workers)})"
-            )
+        element = self._element(element_name)
+        worker = self._workers[element.device]
+        self._drift.entered(element.device, element_name)
         point = element.op_point.device_wide()
         with self._lock:
+            if worker.ended:
+                return False
             if self._requested[element.device] == point:
                 self._skipped[element.device] += 1
                 return False
@@ -298,9 +394,13 @@ class RuntimeController:
 
     @contextmanager
     def element(self, element_name: str) -> Iterator[None]:
-        """``with controller.element("F3"):`` — :meth:`enter` around a block."""
+        """``with controller.element("F3"):`` — :meth:`enter`, and the block's duration
+        recorded against the element's planned duration."""
         self.enter(element_name)
+        started = self._timer()
         yield
+        device = self._elements[element_name].device
+        self._drift.finished(device, element_name, self._timer() - started)
 
     def wait_idle(self, timeout_s: float | None = None) -> bool:
         """Block until every requested switch has been carried out; False on timeout."""
@@ -313,8 +413,21 @@ class RuntimeController:
         return True
 
     # Introspection -------------------------------------------------------------------------
+    def __contains__(self, element_name: object) -> bool:
+        """``"AR[s0]" in ctl``: whether the schedule has this element."""
+        return element_name in self._elements
+
+    def order(self, device: str) -> list[str]:
+        """The names of ``device``'s elements in the schedule's order (one iteration)."""
+        if device not in self._workers:
+            raise ApplyError(
+                f"device {device!r} is not controlled here; this controller has "
+                f"{sorted(self._workers)}"
+            )
+        return [e.name for e in self._schedule.elements_on(device)]
+
     def stats(self, device: str | None = None) -> SwitchStats:
-        """Switching latency over all devices, or one plan device."""
+        """Switching latency and drift from the schedule, over all devices or one."""
         names = [device] if device is not None else list(self._workers)
         latencies: list[float] = []
         coalesced = skipped = 0
@@ -322,8 +435,14 @@ class RuntimeController:
             worker = self._workers[name]
             latencies.extend(worker.latencies_s)
             coalesced += worker.coalesced
-            skipped += self._skipped[name]
-        return SwitchStats.from_latencies(latencies, coalesced=coalesced, skipped=skipped)
+            skipped += self._skipped[name] + worker.redundant
+        drift = self._drift.report()
+        if device is not None:
+            drift = type(drift)(
+                tuple(d for d in drift.devices if d.device == device), drift.slow_factor
+            )
+        stats = SwitchStats.from_latencies(latencies, coalesced=coalesced, skipped=skipped)
+        return stats.with_drift(drift)
 
     def applied(self, device: str) -> list[OperatingPoint]:
         """The settings carried out on ``device``, in order."""
@@ -333,6 +452,31 @@ class RuntimeController:
     def devices(self) -> dict[str, Device]:
         """Plan device name → controlled GPU."""
         return dict(self._devices)
+
+    def _element(self, element_name: str) -> ScheduledElement:
+        if self._stack is None:
+            raise ApplyError(
+                "the controller is not running: use `with controller:` or call start() first"
+            )
+        self._raise_worker_error()
+        element = self._elements.get(element_name)
+        if element is None:
+            mine = [n for d in self._workers for n in self.order(d)]
+            close = difflib.get_close_matches(element_name, mine, n=3, cutoff=0.6) or (
+                difflib.get_close_matches(element_name, list(self._elements), n=3, cutoff=0.6)
+            )
+            hint = f"; did you mean {' or '.join(close)}?" if close else ""
+            shown = ", ".join(mine[:5]) + (" …" if len(mine) > 5 else "")
+            raise KeyError(
+                f"element {element_name!r} is not in the schedule{hint} (the elements of "
+                f"{', '.join(sorted(self._workers))} here: {shown})"
+            )
+        if element.device not in self._workers:
+            raise ApplyError(
+                f"element {element_name!r} runs on device {element.device!r}, which this "
+                f"controller does not control ({sorted(self._workers)})"
+            )
+        return element
 
     def _raise_worker_error(self) -> None:
         for worker in self._workers.values():

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
+
+from eopt.apply.drift import DriftReport
 
 __all__ = ["SwitchStats"]
 
@@ -20,11 +23,14 @@ class SwitchStats:
     Attributes:
         count: Switches carried out.
         coalesced: Requests superseded by a newer one before the worker reached them.
-        skipped: Requests that asked for the setting already requested (no switch).
+        skipped: Requests that asked for the setting already requested, or already on
+            the GPU when the worker reached them (no switch).
         mean_s: Mean latency, in s (NaN when ``count`` is 0).
         p50_s: Median latency, in s.
         p99_s: 99th-percentile latency, in s.
         max_s: Largest latency, in s.
+        drift: How the loop strayed from the schedule (order, durations, elements never
+            entered); None where not recorded.
     """
 
     count: int
@@ -34,6 +40,11 @@ class SwitchStats:
     p50_s: float
     p99_s: float
     max_s: float
+    drift: DriftReport | None = None
+
+    def with_drift(self, drift: DriftReport | None) -> SwitchStats:
+        """The same statistics carrying ``drift``."""
+        return replace(self, drift=drift)
 
     @classmethod
     def from_latencies(
@@ -55,7 +66,8 @@ class SwitchStats:
         )
 
     def summary(self) -> str:
-        """One line such as ``12 switches, mean 1.2 ms, p50 1.1 ms, p99 3.0 ms``."""
+        """One line such as ``12 switches, mean 1.2 ms, p50 1.1 ms, p99 3.0 ms``, followed
+        by what drifted from the schedule, if anything did."""
         if self.count == 0:
             text = "0 switches"
         else:
@@ -69,9 +81,12 @@ class SwitchStats:
             extra.append(f"{self.skipped} unchanged")
         if self.coalesced:
             extra.append(f"{self.coalesced} superseded")
-        return text + (f" ({', '.join(extra)})" if extra else "")
+        text += f" ({', '.join(extra)})" if extra else ""
+        if self.drift is not None and self.drift.drifted:
+            text += f"; {self.drift.summary()}"
+        return text
 
-    def to_dict(self) -> dict[str, float | int | None]:
+    def to_dict(self) -> dict[str, Any]:
         """JSON-ready mapping (NaN → None)."""
 
         def clean(x: float) -> float | None:
@@ -85,6 +100,7 @@ class SwitchStats:
             "p50_s": clean(self.p50_s),
             "p99_s": clean(self.p99_s),
             "max_s": clean(self.max_s),
+            "drift": self.drift.to_dict() if self.drift is not None else None,
         }
 
 

@@ -7,7 +7,7 @@ of :class:`~eopt.devices.base.Device`; nothing here changes hardware.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from eopt.devices.base import Device
@@ -19,8 +19,10 @@ __all__ = [
     "DevicePlan",
     "check_setting",
     "device_plans",
+    "gpu_resolver",
     "nvml_calls",
     "parse_gpu_map",
+    "plain_index",
     "resolve_gpu_map",
 ]
 
@@ -59,57 +61,146 @@ class DevicePlan:
         return any(p.device_key != (None, None, None) for p in self.settings)
 
 
-def parse_gpu_map(pairs: Sequence[str]) -> dict[str, int]:
-    """Parse ``--gpu PLANDEV=INDEX`` options.
+GpuSpec = int | str  # what names a GPU: see eopt.devices.gpu_select.resolve_gpu
+Resolver = Callable[[GpuSpec], int]
+
+
+def parse_gpu_map(pairs: Sequence[str]) -> dict[str, str]:
+    """Parse ``--gpu PLANDEV=GPU`` options (GPU: anything :func:`gpu_resolver` accepts).
 
     Raises:
-        ApplyError: for anything but ``name=integer ≥ 0``, or a device given twice.
+        ApplyError: for anything but ``name=value``, or a device given twice.
     """
-    out: dict[str, int] = {}
+    out: dict[str, str] = {}
     for raw in pairs:
-        name, sep, index = raw.partition("=")
-        name, index = name.strip(), index.strip()
-        if not sep or not name or not index.isdigit():
+        name, sep, spec = raw.partition("=")
+        name, spec = name.strip(), spec.strip()
+        if not sep or not name or not spec:
             raise ApplyError(
-                f"--gpu {raw!r}: expected PLANDEV=INDEX, e.g. --gpu stage0=0 --gpu stage1=1"
+                f"--gpu {raw!r}: expected PLANDEV=GPU, e.g. --gpu stage0=0 or "
+                "--gpu stage1=GPU-8f2c… (a UUID from nvidia-smi -L)"
             )
         if name in out:
             raise ApplyError(f"--gpu: device {name!r} is given twice")
-        out[name] = int(index)
+        out[name] = spec
     return out
 
 
-def resolve_gpu_map(
-    schedule: Schedule, overrides: Mapping[str, int] | None = None
-) -> dict[str, int]:
-    """Map every plan device of ``schedule`` to a GPU index.
+def plain_index(spec: GpuSpec) -> int:
+    """A GPU number written out: ``3``, ``"3"``, ``"cuda:3"`` or ``"nvml:3"`` → 3.
 
-    Precedence: ``overrides`` (``--gpu``), then the schedule's own ``gpu`` field, then the
-    device's position in the schedule (first device → GPU 0 …).
+    What simulated GPUs (numbered 0, 1, … in this process) and pure planning accept.
 
     Raises:
-        ApplyError: when an override names an unknown device, or two plan devices land on
-            one GPU (their settings would fight).
+        ApplyError: for a UUID, a PCI bus id or anything else only real GPUs can resolve.
     """
+    if isinstance(spec, int) and not isinstance(spec, bool) and spec >= 0:
+        return spec
+    text = str(spec).strip().lower()
+    for prefix in ("cuda:", "nvml:"):
+        text = text.removeprefix(prefix)
+    if text.isdigit():
+        return int(text)
+    raise ApplyError(
+        f"GPU {spec!r}: UUIDs and PCI bus ids name real GPUs (NVML resolves them); "
+        "simulated GPUs are numbered 0, 1, …"
+    )
+
+
+def gpu_resolver(backend: str = "auto", env: Mapping[str, str] | None = None) -> Resolver:
+    """How GPU specifications become NVML indices for ``backend``.
+
+    With NVML (``nvml``, or ``auto`` where NVML sees a GPU) a spec is a CUDA ordinal as
+    this process sees it (``0``, ``"cuda:1"``; ``CUDA_VISIBLE_DEVICES`` honoured), a UUID
+    (``GPU-…``, ``MIG-…``), a PCI bus id, or ``nvml:N`` (see
+    :func:`eopt.devices.gpu_select.resolve_gpu`). The simulator numbers its GPUs 0, 1, …
+    (:func:`plain_index`).
+
+    Args:
+        backend: ``auto`` | ``nvml`` | ``sim``.
+        env: Environment for ``CUDA_VISIBLE_DEVICES`` (default ``os.environ``).
+    """
+    if backend == "sim":
+        return plain_index
+    if backend == "auto":
+        try:
+            from eopt.devices import nvml
+
+            present = nvml.device_count() > 0
+        except ImportError:
+            present = False
+        if not present:
+            return plain_index
+
+    def resolve(spec: GpuSpec) -> int:
+        from eopt.devices.base import DeviceError
+        from eopt.devices.gpu_select import resolve_gpu
+
+        try:
+            return resolve_gpu(spec, env)
+        except DeviceError as exc:
+            raise ApplyError(str(exc)) from None
+
+    return resolve
+
+
+def resolve_gpu_map(
+    schedule: Schedule,
+    overrides: Mapping[str, GpuSpec] | None = None,
+    *,
+    resolve: Resolver = plain_index,
+    among: Sequence[str] | None = None,
+    python_api: bool = False,
+) -> dict[str, int]:
+    """Map every plan device of ``schedule`` to an NVML GPU index.
+
+    Precedence: ``overrides`` (``--gpu``, ``gpu_map=``) resolved by ``resolve``, then the
+    schedule's own ``gpu`` field (an NVML index: the schedule describes the machine, not
+    a process), then the device's position in the schedule (first device → GPU 0 …).
+
+    Args:
+        schedule: The solved schedule.
+        overrides: Plan device → GPU specification.
+        resolve: Turns a specification into an NVML index (:func:`gpu_resolver`).
+        among: The plan devices that will be controlled (default: all). Only they must
+            land on distinct GPUs: another rank's stage may share this rank's GPU number.
+        python_api: Word errors for ``gpu_map=`` instead of ``--gpu``.
+
+    Raises:
+        ApplyError: when an override names an unknown device or a GPU that is not there,
+            or two controlled plan devices land on one GPU (their settings would fight).
+    """
+    option = "gpu_map" if python_api else "--gpu"
     overrides = dict(overrides or {})
     names = [d.name for d in schedule.devices]
     unknown = sorted(set(overrides) - set(names))
     if unknown:
-        raise ApplyError(f"--gpu names unknown plan device(s) {unknown}; the schedule has {names}")
+        raise ApplyError(
+            f"{option} names unknown plan device(s) {unknown}; the schedule has {names}"
+        )
     mapping: dict[str, int] = {}
     for position, info in enumerate(schedule.devices):
         if info.name in overrides:
-            mapping[info.name] = overrides[info.name]
+            try:
+                mapping[info.name] = resolve(overrides[info.name])
+            except ApplyError as exc:
+                raise ApplyError(f"{option} {info.name}: {exc}") from None
         elif info.gpu is not None:
             mapping[info.name] = info.gpu
         else:
             mapping[info.name] = position
+    checked = names if among is None else [n for n in names if n in set(among)]
     seen: dict[int, str] = {}
-    for name, gpu in mapping.items():
+    for name in checked:
+        gpu = mapping[name]
         if gpu in seen:
+            fix = (
+                f"pass gpu_map={{{name!r}: ...}} (a CUDA ordinal, UUID or PCI bus id)"
+                if python_api
+                else f"give each its own GPU with --gpu {name}=GPU"
+            )
             raise ApplyError(
-                f"plan devices {seen[gpu]!r} and {name!r} both map to GPU {gpu}; "
-                f"give each its own GPU with --gpu {name}=INDEX"
+                f"plan devices {seen[gpu]!r} and {name!r} both map to GPU {gpu}; {fix}"
             )
         seen[gpu] = name
     return mapping

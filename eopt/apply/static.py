@@ -26,7 +26,14 @@ from eopt.apply.settings import (
 from eopt.devices.base import Device
 from eopt.plan.schedule import Schedule
 
-__all__ = ["ApplyPlan", "apply_locked", "plan_apply", "run_with_settings"]
+__all__ = [
+    "ApplyPlan",
+    "PersistenceCheck",
+    "apply_locked",
+    "check_persistence",
+    "plan_apply",
+    "run_with_settings",
+]
 
 GuardFactory = Callable[..., AbstractContextManager[object]]
 
@@ -146,6 +153,52 @@ class ApplyPlan:
         return out
 
 
+@dataclass(frozen=True)
+class PersistenceCheck:
+    """Whether a GPU keeps settings that ``eopt apply`` leaves in place after it exits.
+
+    Attributes:
+        device: Plan device name.
+        gpu: GPU index.
+        enabled: Persistence mode (None: the driver cannot say).
+        note: One line for the user, saying what will happen.
+    """
+
+    device: str
+    gpu: int
+    enabled: bool | None
+    note: str
+
+    @property
+    def keeps(self) -> bool:
+        """True when the settings stay until ``eopt reset`` (persistence mode on)."""
+        return self.enabled is True
+
+
+def check_persistence(plan: ApplyPlan, devices: Mapping[str, Device]) -> list[PersistenceCheck]:
+    """Persistence mode of every GPU that ``eopt apply`` locks (reads only).
+
+    Without persistence mode the driver may tear a GPU down when its last client exits,
+    and clock locks and power limits go with it: "kept until ``eopt reset``" then does
+    not hold. Devices that cannot say (the simulated GPU) are left out.
+    """
+    from eopt.devices.base import DeviceError
+    from eopt.devices.nvml import persistence_explanation
+
+    out = []
+    for p in plan.static:
+        query = getattr(devices.get(p.device), "persistence_mode", None)
+        if query is None:
+            continue
+        try:
+            enabled = query()
+        except DeviceError:
+            enabled = None  # unreadable here: say so rather than promise anything
+        note = f"gpu{p.gpu}: {persistence_explanation(enabled)}"
+        out.append(PersistenceCheck(p.device, p.gpu, enabled, note))
+    return out
+
+
 def plan_apply(
     schedule: Schedule,
     devices: Mapping[str, Device] | None = None,
@@ -157,7 +210,8 @@ def plan_apply(
         schedule: The solved schedule.
         devices: Plan device → opened GPU; when given, every setting is checked against
             the GPU's supported clocks and power-limit range.
-        gpu_map: Plan device → GPU index overrides (``--gpu``).
+        gpu_map: Plan device → NVML index overrides (resolve ``--gpu`` specifications
+            first with :func:`eopt.apply.settings.gpu_resolver`).
 
     Raises:
         ApplyError: a bad mapping, or a setting a GPU does not support (naming the

@@ -18,9 +18,11 @@ __all__ = ["command"]
     "--gpu",
     "gpu_pairs",
     multiple=True,
-    metavar="PLANDEV=INDEX",
-    help="Map a plan device to a GPU index (repeatable). Default: the schedule's gpu "
-    "fields, else plan devices in order on GPUs 0, 1, …",
+    metavar="PLANDEV=GPU",
+    help="Put a plan device on a GPU (repeatable). GPU: a UUID (GPU-…, from nvidia-smi -L; "
+    "the safest), a PCI bus id, a CUDA ordinal as this shell sees it (CUDA_VISIBLE_DEVICES "
+    "honoured) or nvml:N (nvidia-smi's number). Default: the schedule's gpu fields, else "
+    "plan devices in order on GPUs 0, 1, …",
 )
 @click.option(
     "--dry-run",
@@ -71,17 +73,21 @@ def command(
     default settings: solve with `eopt solve --static` for a schedule it can lock.
 
     Every value is checked against the GPU's supported clocks and power-limit range
-    before anything changes; --dry-run prints each NVML call.
+    before anything changes; --dry-run prints each NVML call. Settings kept after eopt
+    exits last only while the driver keeps the GPU initialised: eopt reads each GPU's
+    persistence mode and says what will happen.
 
     \b
     Examples:
       eopt apply schedule.json --dry-run
       eopt apply schedule.json --gpu stage0=0 --gpu stage1=1
+      eopt apply schedule.json --gpu stage0=GPU-8f2c --gpu stage1=0000:3b:00.0
       eopt apply static.json --until-exit -- python train.py --epochs 1
       eopt reset                       # undo a kept apply
     """
     from eopt.apply import ApplyError, apply_locked, parse_gpu_map, plan_apply, run_with_settings
-    from eopt.apply.settings import resolve_gpu_map
+    from eopt.apply.settings import gpu_resolver, resolve_gpu_map
+    from eopt.apply.static import check_persistence
     from eopt.devices import open_devices
     from eopt.plan.schedule import read_schedule
 
@@ -94,7 +100,7 @@ def command(
         raise UserError("--until-exit needs a command after `--`, e.g. -- python train.py")
     try:
         schedule = read_schedule(schedule_path)
-        gpu_map = resolve_gpu_map(schedule, parse_gpu_map(gpu_pairs))
+        gpu_map = resolve_gpu_map(schedule, parse_gpu_map(gpu_pairs), resolve=gpu_resolver(backend))
     except ValueError as exc:  # ScheduleError, ApplyError
         raise UserError(str(exc)) from None
     names = [d.name for d in schedule.devices]
@@ -114,8 +120,17 @@ def command(
         raise UserError(str(exc)) from None
 
     where = f"the simulated {opened[0].model}" if simulated else "the GPUs (NVML)"
+    # What keeping the settings after eopt exits will do (not asked with --until-exit:
+    # eopt holds the GPUs open while the command runs).
+    persistence = [] if until_exit else check_persistence(plan, devices)
     if as_json:
-        write_json("-", {**plan.to_dict(), "dry_run": dry_run, "backend": where})
+        extra = {
+            "persistence": [
+                {"device": c.device, "gpu": c.gpu, "enabled": c.enabled, "note": c.note}
+                for c in persistence
+            ]
+        }
+        write_json("-", {**plan.to_dict(), **extra, "dry_run": dry_run, "backend": where})
         console.quiet = True  # stdout carries the JSON only (and the command's own output)
     if dry_run:
         console.print(f"[bold]Dry run[/] — checked against {where}; nothing changes.")
@@ -126,6 +141,9 @@ def command(
             highlight=False,
         )
         console.print(plan.summary(done=False), highlight=False, markup=False)
+        for check in persistence:
+            if not check.keeps:
+                console.print(f"note: {check.note}", highlight=False, markup=False)
         return
     if not plan.static and plan.dynamic:
         # Running the command at the default settings would look like success.
@@ -150,7 +168,16 @@ def command(
         return
     changed = apply_locked(plan, devices)
     console.print(plan.summary(done=True), highlight=False, markup=False)
-    if changed:
+    if not changed:
+        return
+    lost = [c for c in persistence if not c.keeps]
+    for check in lost:
+        err_console.print(f"[yellow]warning:[/] {check.note}", highlight=False, soft_wrap=True)
+    if lost:
+        kept = [f"gpu{c.gpu}" for c in persistence if c.keeps]
+        which = f" on {', '.join(kept)}" if kept else " where the driver keeps them"
+        console.print(f"Kept{which} until you run [bold]eopt reset[/].", highlight=False)
+    else:
         console.print("Kept until you run [bold]eopt reset[/].", highlight=False)
 
 

@@ -3,10 +3,27 @@
 :func:`restoring_on_exit` wraps any code that changes clocks or power limits. Before the
 block runs it writes each NVML GPU's original state to a state file (JSON under
 ``$EOPT_STATE_DIR``, default ``~/.local/state/eopt/``); it restores the devices on normal
-exit, on exceptions, on SIGINT / SIGTERM (its handlers restore, then hand the signal to
-the handler that was installed before) and at interpreter exit, and removes the state file
-once the restore succeeded. A run killed with SIGKILL cannot restore anything: its state
-file stays behind, the next run warns about it, and ``eopt reset`` puts the GPUs back.
+exit, on exceptions, on SIGINT / SIGTERM and at interpreter exit, and removes the state
+file once the restore succeeded. A run killed with SIGKILL cannot restore anything: its
+state file stays behind, the next run warns about it, and ``eopt reset`` puts the GPUs
+back (under ``sudo`` it also looks in the invoking user's state directory).
+
+Signals. The handlers the guard installs only raise (``KeyboardInterrupt``, or
+``SystemExit(128 + signum)`` for SIGTERM) or hand the signal to the handler installed
+before, so the block unwinds and restores on its way out. Restoring itself does not wait
+for that: Python runs signal handlers only in the main thread, between bytecodes, and a
+main thread blocked in C (``torch.distributed.recv``, a CUDA synchronize) may not get
+there for seconds. A watchdog thread, woken through :func:`signal.set_wakeup_fd`, restores
+every guarded GPU as soon as SIGINT or SIGTERM arrives — also when the program's own
+handler only sets a flag and carries on (the usual Slurm / Kubernetes pattern): from then
+on the block runs at the original settings, and its state file is gone.
+
+Changes against restores. Every change to a guarded device passes a per-device gate, and a
+restore seals the gate before it starts: a change in flight on another thread (the runtime
+controller's switch worker, or the main thread while the watchdog restores) finishes
+first, and a change asked for later is refused with :class:`ControlEndedError` until the
+block ends. So nothing lands on a GPU after its restore, and the state file describes
+what is on the GPU until the restore is complete.
 
 One controller per GPU: before saving anything the guard takes an exclusive lock per GPU
 (``gpu-<UUID>.lock`` in the same directory, see :mod:`eopt.lockfile`) and holds it until
@@ -30,6 +47,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import inspect
 import json
 import os
 import re
@@ -45,18 +63,23 @@ from types import FrameType
 from typing import Any, TextIO
 
 from eopt.devices.base import Device, DeviceError
+from eopt.devices.operating_point import OperatingPoint
 from eopt.fileformats import atomic_write_text, dumps_json
 from eopt.lockfile import LockBusyError, ProcessLock
 
 __all__ = [
     "STATE_SCHEMA",
+    "ControlEndedError",
     "GpuInUseError",
     "StateFile",
+    "changing",
     "controlling_gpu",
     "entry_key",
     "find_state_files",
+    "reset_state_dirs",
     "restoring_on_exit",
     "state_dir",
+    "sudo_user_state_dir",
     "warn_if_stale",
 ]
 
@@ -72,6 +95,51 @@ def state_dir() -> Path:
         return Path(env)
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "eopt"
+
+
+def sudo_user_state_dir() -> Path | None:
+    """The invoking user's default state directory when running as root under ``sudo``.
+
+    A run without root that could not restore (its rights were refused half-way, or it
+    was killed) leaves its state file in the user's home; ``sudo eopt reset`` runs with
+    root's home, so it must look there too. None when not under sudo, when
+    ``$EOPT_STATE_DIR`` names the directory explicitly, or when the user is unknown.
+    """
+    user = os.environ.get("SUDO_USER")
+    if not user or os.environ.get("EOPT_STATE_DIR") or not hasattr(os, "geteuid"):
+        return None
+    if os.geteuid() != 0:
+        return None
+    try:
+        import pwd
+
+        home = pwd.getpwnam(user).pw_dir
+    except (ImportError, KeyError):
+        return None
+    # The user's own XDG_STATE_HOME is not visible under sudo: the default is assumed.
+    return Path(home) / ".local" / "state" / "eopt"
+
+
+def reset_state_dirs(extra: Sequence[Path] = ()) -> list[Path]:
+    """Directories ``eopt reset`` searches: ``extra`` when given, else :func:`state_dir`
+    and, under sudo, :func:`sudo_user_state_dir`; duplicates removed, order kept."""
+    dirs = list(extra) if extra else [state_dir()]
+    if not extra:
+        user_dir = sudo_user_state_dir()
+        if user_dir is not None:
+            dirs.append(user_dir)
+    out: list[Path] = []
+    for d in dirs:
+        if not any(_same_dir(d, seen) for seen in out):
+            out.append(d)
+    return out
+
+
+def _same_dir(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return a == b
 
 
 class GpuInUseError(DeviceError):
@@ -220,12 +288,25 @@ class StateFile:
         )
 
     def write_devices(self, devices: Sequence[dict[str, Any]]) -> None:
-        """Rewrite the file with only ``devices`` (or delete it when none are left)."""
+        """Rewrite the file with only ``devices`` (or delete it when none are left).
+
+        The file keeps its owner: ``sudo eopt reset`` rewriting a user's file must not
+        leave it root's, or the user's next ``eopt reset`` could not read it.
+        """
         if not devices:
             self.path.unlink(missing_ok=True)
             return
+        try:
+            owner = self.path.stat()
+        except OSError:
+            owner = None
         payload = _payload(self.pid, self.host, self.created, devices, self.kept)
         _write_json_atomic(self.path, payload)
+        if owner is not None and hasattr(os, "chown"):
+            with contextlib.suppress(OSError):  # only root may, and only root needs to
+                current = self.path.stat()
+                if (current.st_uid, current.st_gid) != (owner.st_uid, owner.st_gid):
+                    os.chown(self.path, owner.st_uid, owner.st_gid)
 
 
 def _payload(
@@ -299,6 +380,230 @@ def warn_if_stale(stream: TextIO | None = None, directory: Path | None = None) -
     return stale
 
 
+class ControlEndedError(DeviceError):
+    """A change refused because the device's restore has begun (a signal, or the run's end).
+
+    The GPU is back at its original settings; nothing of this run changes it again until
+    the guarded block ends.
+    """
+
+
+class _Gate:
+    """Orders one device's changes against its restores (see the module docstring).
+
+    While a guard holds a device, the device's ``set_operating_point`` is this gate's
+    :meth:`set`, an instance attribute over the class's method: every caller — a sweep's
+    main thread, ``eopt apply``, the runtime controller's workers — goes through the gate
+    without knowing it, and a restore from the signal watchdog cannot interleave with a
+    change in flight on another thread.
+    """
+
+    def __init__(self, device: Device) -> None:
+        self.device = device
+        # Re-entrant: a multi-call change (:func:`changing`) calls the gated setter inside.
+        self.lock = threading.RLock()
+        self.sealed_by: set[int] = set()  # guards whose restore has begun, block not ended
+        self.users = 0
+        self._raw: Any = None
+        self._own: Any = None  # an instance attribute the device had before (rare)
+        self._installed = False
+
+    def install(self) -> None:
+        device = self.device
+        self._raw = device.set_operating_point
+        self._own = vars(device).get("set_operating_point") if hasattr(device, "__dict__") else None
+        try:
+            device.set_operating_point = self.set  # type: ignore[method-assign]
+        except (AttributeError, TypeError):
+            return  # a read-only device object: only restores are ordered for it
+        self._installed = True
+
+    def uninstall(self) -> None:
+        if not self._installed:
+            return
+        self._installed = False
+        device = self.device
+        if getattr(device, "set_operating_point", None) != self.set:
+            return  # someone replaced it after us: theirs stays
+        if self._own is None and inspect.isfunction(
+            getattr(type(device), "set_operating_point", None)
+        ):
+            del device.set_operating_point  # type: ignore[attr-defined]  # the class's again
+        else:
+            # An attribute of the instance (a mock's child, a bound function): put it back.
+            device.set_operating_point = self._own or self._raw  # type: ignore[method-assign]
+
+    def check(self) -> None:
+        """Raise :class:`ControlEndedError` once a restore of the device has begun."""
+        if self.sealed_by:
+            raise ControlEndedError(
+                f"{self.device.name}: not changing its settings: they were restored (a "
+                "signal arrived, or the run is ending), and eopt changes nothing more in "
+                "this run"
+            )
+
+    def set(self, point: OperatingPoint) -> None:
+        with self.lock:
+            self.check()
+            self._raw(point)
+
+
+_GATES: dict[int, _Gate] = {}  # id(device) → its gate, while some guard holds it
+_GATES_LOCK = threading.Lock()
+
+
+def _open_gate(device: Device) -> _Gate:
+    with _GATES_LOCK:
+        gate = _GATES.get(id(device))
+        if gate is None:
+            gate = _GATES[id(device)] = _Gate(device)
+            gate.install()
+        gate.users += 1
+        return gate
+
+
+def _close_gate(gate: _Gate, guard_id: int) -> None:
+    with _GATES_LOCK:
+        with gate.lock:
+            gate.sealed_by.discard(guard_id)
+        gate.users -= 1
+        if gate.users <= 0:
+            gate.uninstall()
+            _GATES.pop(id(gate.device), None)
+
+
+@contextlib.contextmanager
+def changing(device: Device) -> Iterator[None]:
+    """Hold ``device``'s gate for a change made of several calls (e.g. restore, then set).
+
+    No restore of the device starts inside the block; calls to its setter inside it are
+    allowed (the gate is re-entrant). Outside any guard this does nothing.
+
+    Raises:
+        ControlEndedError: when the device's restore has already begun.
+    """
+    gate = _GATES.get(id(device))
+    if gate is None:
+        yield
+        return
+    with gate.lock:
+        gate.check()
+        yield
+
+
+class _SignalWatch:
+    """The process's watchdog: restores every guarded GPU as soon as SIGINT/SIGTERM arrives.
+
+    Python's C-level signal handler writes each signal's number to the wakeup fd, from
+    whichever thread the kernel interrupted, before any Python handler can run; a thread
+    blocked on reading that fd therefore wakes even while the main thread is stuck in C.
+    Bytes are passed on to the wakeup fd installed before (asyncio's, say), so its owner
+    still hears about signals.
+
+    Assumptions:
+        Nothing replaces the wakeup fd while a guard is active (asyncio installs its own
+        only when an event loop starts in the main thread). Where something does, the
+        watchdog stays silent and restoring falls back to the block's own exit path.
+    """
+
+    def __init__(self) -> None:
+        self.guards: list[_Guard] = []
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+        self.read_fd = -1
+        self.write_fd = -1
+        self.previous_fd = -1
+
+    def add(self, guard: _Guard) -> None:
+        """Watch for ``guard`` (main thread only: ``set_wakeup_fd`` demands it)."""
+        with self.lock:
+            self.guards.append(guard)
+            if self.thread is not None:
+                return
+            read_fd, write_fd = os.pipe()
+            try:
+                os.set_blocking(write_fd, False)  # the C handler must never block
+                previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+            except (ValueError, OSError):  # not the main thread, or a platform without
+                os.close(read_fd)  # pipe wakeups: the blocks' own exits restore
+                os.close(write_fd)
+                return
+            self.read_fd, self.write_fd, self.previous_fd = read_fd, write_fd, previous
+            self.thread = threading.Thread(
+                target=self._run, args=(read_fd,), name="eopt-restore-on-signal", daemon=True
+            )
+            self.thread.start()
+
+    def remove(self, guard: _Guard) -> None:
+        with self.lock:
+            if guard in self.guards:
+                self.guards.remove(guard)
+            if self.guards or self.thread is None:
+                return
+            try:
+                current = signal.set_wakeup_fd(self.previous_fd)
+            except (ValueError, OSError):
+                return  # not the main thread: the idle watchdog stays until the next end
+            if current != self.write_fd:
+                signal.set_wakeup_fd(current)  # replaced after us: leave the newer one
+            thread, self.thread = self.thread, None
+            write_fd, self.write_fd = self.write_fd, -1
+        with contextlib.suppress(OSError):
+            os.write(write_fd, b"\0")  # 0 is no signal number: it tells the thread to stop
+        thread.join()
+        os.close(write_fd)
+
+    def _run(self, read_fd: int) -> None:
+        try:
+            while True:
+                try:
+                    data = os.read(read_fd, 512)
+                except InterruptedError:
+                    continue
+                except OSError:
+                    return
+                signals = [b for b in data if b]
+                previous = self.previous_fd
+                if signals and previous >= 0:
+                    with contextlib.suppress(OSError):
+                        os.write(previous, bytes(signals))
+                for signum in signals:
+                    if signum in _SIGNALS:
+                        self._restore_all(signal.Signals(signum))
+                if not data or 0 in data:
+                    return
+        finally:
+            os.close(read_fd)
+
+    def _restore_all(self, signum: signal.Signals) -> None:
+        with self.lock:
+            guards = list(reversed(self.guards))  # innermost first, as the blocks unwind
+        for guard in guards:
+            guard.restore_on_signal(signum)
+
+    def after_fork_in_child(self) -> None:
+        """A forked child (a DataLoader worker) owns no GPU of its parent: stop watching."""
+        previous, write_fd, read_fd = self.previous_fd, self.write_fd, self.read_fd
+        self.guards = []
+        self.lock = threading.Lock()
+        self.thread = None
+        self.read_fd = self.write_fd = self.previous_fd = -1
+        if write_fd < 0:
+            return
+        with contextlib.suppress(ValueError, OSError):
+            if signal.set_wakeup_fd(previous) != write_fd:
+                signal.set_wakeup_fd(write_fd)  # not ours any more: put it back
+                return
+        for fd in (write_fd, read_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+_WATCH = _SignalWatch()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_WATCH.after_fork_in_child)
+
+
 class _Guard:
     """Restores a set of devices exactly once per change, from any exit path."""
 
@@ -311,6 +616,13 @@ class _Guard:
         self._lock = threading.RLock()
         self._previous: dict[int, Any] = {}
         self._locks: list[Path] = []
+        self._gates: list[_Gate] = []
+        self._pid = os.getpid()
+        # "active" until a restore completes ("restored" / "failed") or the block keeps
+        # its settings ("kept"); an interrupted restore leaves it "active".
+        self.outcome = "active"
+        self.signal: signal.Signals | None = None  # the signal that restored, if one did
+        self._watched = False
 
     def save(self) -> None:
         """Lock every GPU that may change, then write their original state to disk.
@@ -350,49 +662,103 @@ class _Guard:
         for path in locks:
             _release(path)
 
+    # life cycle ----------------------------------------------------------------
+    def start(self) -> None:
+        """Gate every device, then watch for signals (handlers, watchdog, interpreter exit)."""
+        self._gates = [_open_gate(d) for d in self.devices]
+        if threading.current_thread() is threading.main_thread():
+            self.install_handlers()
+            _WATCH.add(self)
+            self._watched = True
+        atexit.register(self.restore_quietly)
+
+    def finish(self) -> None:
+        """The block has ended: stop watching; complete a restore a signal interrupted."""
+        if self._watched:
+            _WATCH.remove(self)
+            self._watched = False
+        atexit.unregister(self.restore_quietly)
+        try:
+            with self._lock:  # waits for a restore the watchdog may be running
+                if self.outcome == "active":
+                    self.restore_quietly()
+        finally:
+            self.uninstall_handlers()
+            gates, self._gates = self._gates, []
+            for gate in gates:
+                _close_gate(gate, id(self))
+
     def keep(self) -> None:
         """Leave the settings in place; mark the state file as kept for ``eopt reset``.
 
         A GPU that an older state file already records (settings kept by an earlier
         ``eopt apply``, or a killed run) is dropped from this file: the older entry holds
         the state found before the first change, the one ``eopt reset`` must restore.
+        Settings a signal already restored are not kept (there is nothing left to keep).
         """
-        try:
-            if self.path is None:
+        with self._lock:
+            if self.outcome != "active":
                 return
-            host = socket.gethostname()
+            self.outcome = "kept"
             try:
-                older = {
-                    entry_key(e, f.host)
-                    for f in find_state_files(self.directory)
-                    if f.local and f.path != self.path
-                    for e in f.devices
-                }
-            except ValueError:
-                older = set()  # a malformed file is reported elsewhere; keep everything
-            entries = [e for e in self._entries if entry_key(e, host) not in older]
-            if not entries:
-                self.path.unlink(missing_ok=True)
-                self.path = None
-                return
-            self._entries = entries
-            payload = _payload(os.getpid(), host, self._created, entries, kept=True)
-            _write_json_atomic(self.path, payload)
-        finally:
-            self.release_locks()
+                if self.path is None:
+                    return
+                host = socket.gethostname()
+                try:
+                    older = {
+                        entry_key(e, f.host)
+                        for f in find_state_files(self.directory)
+                        if f.local and f.path != self.path
+                        for e in f.devices
+                    }
+                except ValueError:
+                    older = set()  # a malformed file is reported elsewhere; keep everything
+                entries = [e for e in self._entries if entry_key(e, host) not in older]
+                if not entries:
+                    self.path.unlink(missing_ok=True)
+                    self.path = None
+                    return
+                self._entries = entries
+                payload = _payload(os.getpid(), host, self._created, entries, kept=True)
+                _write_json_atomic(self.path, payload)
+            finally:
+                self.release_locks()
 
     def restore(self) -> None:
+        """Seal each device's gate, restore it, then delete the state file.
+
+        Idempotent: a second call after a complete restore (the watchdog's, then the
+        block's exit) does nothing.
+
+        Raises:
+            DeviceError: naming every device that could not be restored (its state file
+                stays for ``eopt reset``).
+        """
+        if os.getpid() != self._pid:
+            return  # a forked child: the GPUs belong to the parent
         with self._lock:
+            if self.outcome in ("restored", "kept"):
+                return
             failures = []
+            gates = {id(g.device): g for g in self._gates}
             for device in self.devices:
+                gate = gates.get(id(device))
                 try:
-                    device.restore()
+                    if gate is None:
+                        device.restore()
+                        continue
+                    # Sealed first: a change in flight on another thread ends before the
+                    # restore starts, and none starts after it.
+                    with gate.lock:
+                        gate.sealed_by.add(id(self))
+                        device.restore()
                 except Exception as exc:  # keep restoring the others
                     failures.append(f"{device.name}: {exc}")
             # Restored or not, this process changes nothing more: a failed restore leaves
             # its state file for `eopt reset`, which needs the lock.
             self.release_locks()
             if failures:
+                self.outcome = "failed"
                 where = f" (state kept in {self.path})" if self.path else ""
                 raise DeviceError(
                     "could not restore GPU settings: "
@@ -401,12 +767,30 @@ class _Guard:
                 )
             if self.path is not None:
                 self.path.unlink(missing_ok=True)
+            self.outcome = "restored"
 
     def restore_quietly(self) -> None:
         try:
             self.restore()
         except DeviceError as exc:
             print(f"error: {exc}", file=sys.stderr)
+
+    def restore_on_signal(self, signum: signal.Signals) -> None:
+        """The watchdog's restore: at once, from its own thread; says what it did."""
+        with self._lock:
+            if self.outcome != "active":
+                return
+            self.signal = signum
+            self.restore_quietly()
+            if self.outcome == "restored" and any(
+                getattr(d, "control", True) for d in self.devices
+            ):
+                names = ", ".join(d.name for d in self.devices)
+                print(
+                    f"eopt: {signum.name}: GPU settings restored ({names}); this run "
+                    "changes them no more",
+                    file=sys.stderr,
+                )
 
     # signals -----------------------------------------------------------------
     def install_handlers(self) -> None:
@@ -420,13 +804,17 @@ class _Guard:
             signal.signal(sig, self._on_signal)
 
     def uninstall_handlers(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
         for sig, previous in self._previous.items():
             if signal.getsignal(sig) == self._on_signal:
                 signal.signal(sig, previous)
         self._previous.clear()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        self.restore_quietly()
+        # Only raise (or hand over): restoring here would race the changes other threads
+        # have in flight, and a handler that returns would leave those threads changing
+        # a GPU whose state file is gone. The watchdog and the block's exit restore.
         previous = self._previous.get(signum)
         if callable(previous):
             previous(signum, frame)
@@ -459,24 +847,31 @@ def restoring_on_exit(
 
     Raises:
         DeviceError: when restoring failed (the state file is kept; ``eopt reset``).
+        ControlEndedError: inside the block, for a change asked for after a signal
+            restored the devices.
     """
     root = directory or state_dir()
     if warn:
         warn_if_stale(directory=root)
     guard = _Guard(devices, root)
     guard.save()
-    guard.install_handlers()
-    atexit.register(guard.restore_quietly)
+    try:
+        guard.start()
+    except BaseException:
+        guard.finish()
+        raise
     try:
         yield devices
     except BaseException:
-        guard.uninstall_handlers()
-        atexit.unregister(guard.restore_quietly)
-        guard.restore()
+        try:
+            guard.restore()
+        finally:
+            guard.finish()
         raise
-    guard.uninstall_handlers()
-    atexit.unregister(guard.restore_quietly)
-    if keep:
-        guard.keep()
-    else:
-        guard.restore()
+    try:
+        if keep:
+            guard.keep()
+        else:
+            guard.restore()
+    finally:
+        guard.finish()

@@ -15,6 +15,7 @@ GPipe order: all M forwards, then all M backwards, both in microbatch order.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from eopt.plan.planfile import Plan, PlanDevice, PlanElement, PlanError
 
@@ -23,11 +24,13 @@ __all__ = [
     "MAX_MICROBATCHES",
     "MAX_STAGES",
     "SCHEDULES",
+    "Step",
     "check_size",
     "gpipe_order",
     "one_f_one_b_order",
     "pipeline_plan",
     "stage_order",
+    "stage_steps",
     "task_name",
 ]
 
@@ -97,6 +100,43 @@ def stage_order(schedule: str, stages: int, microbatches: int, stage: int) -> li
     if key == "gpipe":
         return gpipe_order(stages, microbatches, stage)
     raise PlanError(f"unknown pipeline schedule {schedule!r}; choose one of {list(SCHEDULES)}")
+
+
+class Step(NamedTuple):
+    """One operation of a stage, as a training loop runs it.
+
+    Attributes:
+        kind: ``"forward"`` or ``"backward"``.
+        microbatch: m in 0 … M−1.
+        name: The plan's element name, ``F[s{stage},m{m}]`` / ``B[s{stage},m{m}]``: what
+            to pass to ``RuntimeController.element``.
+    """
+
+    kind: str
+    microbatch: int
+    name: str
+
+
+def stage_steps(stage: int, stages: int, microbatches: int, schedule: str = "1f1b") -> list[Step]:
+    """The operations of one stage in the order the generated plan runs them.
+
+    A training loop that iterates over this list runs what ``eopt plan pipeline`` planned
+    (and what the runtime controller expects), element name included.
+
+    Args:
+        stage: s in 0 … S−1 (this rank's stage).
+        stages: S.
+        microbatches: M.
+        schedule: ``"1f1b"`` or ``"gpipe"``.
+
+    Example:
+        >>> [step.name for step in stage_steps(0, 2, 3)]
+        ['F[s0,m0]', 'F[s0,m1]', 'B[s0,m0]', 'F[s0,m2]', 'B[s0,m1]', 'B[s0,m2]']
+    """
+    return [
+        Step(kind, m, task_name(kind, stage, m))
+        for kind, m in stage_order(schedule, stages, microbatches, stage)
+    ]
 
 
 def check_size(stages: int, microbatches: int) -> None:

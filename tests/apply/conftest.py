@@ -1,10 +1,14 @@
-"""Fixtures for the apply tests: a fake GPU that records every call, hand-made schedules."""
+"""Fixtures for the apply tests: a fake GPU that records every call, hand-made schedules,
+and the fake NVML of tests/devices (``fake_nvml``, ``make_fake_nvml``, ``nvml_fakes``)."""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +16,24 @@ from eopt.devices.base import DeviceError, PowerReading, WallClock
 from eopt.devices.operating_point import OperatingPoint
 from eopt.plan.pipeline import one_f_one_b_order
 from eopt.plan.schedule import DeviceInfo, Schedule, ScheduledElement
+
+
+def _devices_conftest():
+    # Conftest modules cannot be imported by name under --import-mode=importlib: load the
+    # fake NVML's module from its file, so these tests drive NvmlGPU exactly as there.
+    path = Path(__file__).resolve().parent.parent / "devices" / "conftest.py"
+    spec = importlib.util.spec_from_file_location("_eopt_tests_fake_nvml", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while building
+    spec.loader.exec_module(module)
+    return module
+
+
+_fake_nvml_module = _devices_conftest()
+fake_nvml = _fake_nvml_module.fake_nvml
+make_fake_nvml = _fake_nvml_module.make_fake_nvml
+nvml_fakes = _fake_nvml_module.nvml_fakes
 
 
 class FakeGPU:

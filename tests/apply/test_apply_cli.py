@@ -170,7 +170,7 @@ def test_gpu_mapping_precedence_and_errors(build, tmp_path, opened, capsys):
         resolve_gpu_map(sch, {"s0": 1})
     with pytest.raises(ApplyError, match="unknown plan device"):
         resolve_gpu_map(sch, {"s9": 1})
-    with pytest.raises(ApplyError, match="PLANDEV=INDEX"):
+    with pytest.raises(ApplyError, match="PLANDEV=GPU"):
         parse_gpu_map(["s0:1"])
     write_schedule(tmp_path / "s.json", sch)
     code, _, _ = _run(["apply", str(tmp_path / "s.json"), "--dry-run", "--gpu", "s1=7"], capsys)
@@ -196,3 +196,97 @@ def test_dry_run_on_the_simulated_gpu_is_announced(build, tmp_path, capsys):
     assert code == 0
     assert "simulated" in out + err
     assert "nvmlDeviceSetGpuLockedClocks(gpu0, 1200, 1200)" in out
+
+
+# Real GPU identities (through the fake NVML) -------------------------------------------
+@pytest.fixture
+def two_stage(build, tmp_path):
+    e = build.element
+    sch = build.schedule(
+        [e("F0", "stage0", 0.0, 0.01, sm=1200), e("F1", "stage1", 0.01, 0.01, sm=1200)],
+        ["stage0", "stage1"],
+    )
+    path = tmp_path / "two.json"
+    write_schedule(path, sch)
+    return path
+
+
+def test_gpu_option_accepts_uuids_and_pci_bus_ids(two_stage, make_fake_nvml, capsys):
+    make_fake_nvml([{}, {}, {}])  # UUIDs GPU-0-fake …, PCI 00000000:07:00.0 …
+    argv = ["apply", str(two_stage), "--dry-run", "--backend", "nvml"]
+    code, out, err = _run([*argv, "--gpu", "stage0=GPU-2-fake", "--gpu", "stage1=08:00.0"], capsys)
+    assert code == 0, err
+    assert "stage0 → gpu2" in out and "stage1 → gpu1" in out
+    code, _, err = _run([*argv, "--gpu", "stage0=GPU-nope"], capsys)
+    assert code == 1 and "GPU-0-fake" in err  # names the GPUs that are there
+
+
+def test_gpu_option_translates_cuda_visible_devices(two_stage, make_fake_nvml, monkeypatch, capsys):
+    """`--gpu stage0=0` inside a job step that sees physical GPUs 2 and 1 is GPU 2,
+    not NVML's GPU 0 (another job's)."""
+    make_fake_nvml([{}, {}, {}])
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,1")
+    argv = ["apply", str(two_stage), "--dry-run", "--backend", "nvml"]
+    code, out, err = _run([*argv, "--gpu", "stage0=0", "--gpu", "stage1=cuda:1"], capsys)
+    assert code == 0, err
+    assert "stage0 → gpu2" in out and "stage1 → gpu1" in out
+
+
+def test_kept_settings_without_persistence_mode_say_they_may_vanish(
+    build, tmp_path, make_fake_nvml, capsys
+):
+    import pynvml
+
+    fake = make_fake_nvml(
+        [
+            {"persistence": pynvml.NVML_FEATURE_DISABLED},
+            {"persistence": pynvml.NVML_FEATURE_ENABLED},
+        ]
+    )
+    e = build.element
+    sch = build.schedule(
+        [e("F0", "stage0", 0.0, 0.01, limit=250), e("F1", "stage1", 0.01, 0.01, limit=250)],
+        ["stage0", "stage1"],
+    )
+    write_schedule(tmp_path / "s.json", sch)
+    code, out, err = _run(["apply", str(tmp_path / "s.json"), "--backend", "nvml"], capsys)
+    assert code == 0, err
+    assert fake.gpus[0].limit_mw == 250_000  # applied all the same
+    message = " ".join(err.split())
+    assert "gpu0: persistence mode is off" in message and "--until-exit" in message
+    assert "gpu1: persistence mode" not in message  # on: nothing to warn about
+    assert "Kept on gpu1 until you run eopt reset" in " ".join(out.split())
+    # The dry run says the same before anything changes.
+    code, out, _ = _run(
+        ["apply", str(tmp_path / "s.json"), "--backend", "nvml", "--dry-run"], capsys
+    )
+    assert "note: gpu0: persistence mode is off" in " ".join(out.split())
+
+
+def test_json_output_reports_persistence(build, tmp_path, make_fake_nvml, capsys):
+    import json
+
+    make_fake_nvml([{}])
+    sch = build.schedule([build.element("F0", "stage0", 0.0, 0.01, sm=1200)], ["stage0"])
+    write_schedule(tmp_path / "s.json", sch)
+    code, out, _ = _run(
+        ["apply", str(tmp_path / "s.json"), "--backend", "nvml", "--dry-run", "--json"], capsys
+    )
+    assert code == 0
+    data = json.loads(out)
+    assert data["persistence"] == [
+        {"device": "stage0", "gpu": 0, "enabled": True, "note": data["persistence"][0]["note"]}
+    ]
+
+
+def test_collisions_are_checked_only_among_the_devices_controlled(build):
+    e = build.element
+    sch = build.schedule(
+        [e("A", "stage0", 0, 0.01, sm=1200), e("B", "stage1", 0, 0.01, sm=1200)],
+        ["stage0", "stage1"],
+    )
+    # Rank 1 sees one GPU, CUDA ordinal 0; stage0's default (GPU 0) is another rank's.
+    assert resolve_gpu_map(sch, {"stage1": 0}, among=["stage1"])["stage1"] == 0
+    with pytest.raises(ApplyError, match=r"gpu_map=\{'stage1'") as info:
+        resolve_gpu_map(sch, {"stage1": 0}, python_api=True)
+    assert "--gpu" not in str(info.value)
