@@ -33,6 +33,22 @@ once, or snapped to the nearest supported ones with ``snap=True``.
 Real work (callables, commands) can only be measured on a real GPU: the simulated GPU's
 sensors cannot see it, and :func:`sweep` refuses rather than report made-up numbers.
 
+A window ends when the queued GPU work is done, not when a callable returns: CUDA launches
+are asynchronous, and NVML cannot see CUDA streams, so an NVML device's ``synchronize``
+returns at once. A Python callable on such a GPU needs a ``sync`` (``--sync``: ``torch``,
+``cupy``, ``module:function``, or ``none`` for a callable that waits for its own work);
+without one, :func:`resolve_sync` takes ``torch.cuda.synchronize`` or cupy's when exactly
+one of them was imported with the kernel, and says so, and refuses otherwise. A command's
+work ends with its process.
+
+What a cell records is what the device ran at, read back, never the request alone: the
+per-window SM clock, clocks-event reasons and enforced power limit
+(:mod:`eopt.measure.repeat`), with flags where they differ from the cell's operating
+point; the meter's method, power field and periods; and notes the device made while
+setting the point. A setting the GPU cannot make (a memory-clock lock it does not support,
+a power limit on a GPU without power management) fails the sweep before that point is
+measured.
+
 Example:
     >>> from eopt.devices.sim import SimulatedGPU
     >>> gpu = SimulatedGPU()
@@ -55,13 +71,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from eopt.calculus.library import append_signature, read_library
 from eopt.calculus.signature import Signature
-from eopt.devices.base import Device
+from eopt.devices.base import Device, DeviceError
 from eopt.devices.operating_point import OperatingPoint
 from eopt.lockfile import LockBusyError, ProcessLock
 from eopt.measure.command import MeasureError, require_wall_clock
@@ -71,6 +87,7 @@ from eopt.user_code import UserCodeError, import_callable, module_label
 
 __all__ = [
     "MAX_GRID_CELLS",
+    "SYNC_WORDS",
     "Cell",
     "CommandKernel",
     "Grid",
@@ -89,7 +106,9 @@ __all__ = [
     "parse_params",
     "parse_values",
     "repair_library_tail",
+    "resolve_sync",
     "sweep",
+    "synchronize_waits",
 ]
 
 
@@ -176,8 +195,11 @@ class PythonKernel:
         name: Element name.
         workload: Keyword arguments passed to every call (θ).
         pass_impl: Whether the callable receives ``impl=<name>`` (one callable for all).
-        sync: Waits for queued GPU work (``--sync``); the device's own when None.
+        sync: Waits for queued GPU work (``--sync``); the device's own when None (see
+            :func:`resolve_sync`: on an NVML GPU that waits for nothing).
         spec: The spec string, for the record.
+        sync_spec: How ``sync`` was given (``torch.cuda:synchronize``, ``none`` …), for
+            the record.
     """
 
     functions: Mapping[str, Callable[..., object]]
@@ -188,6 +210,7 @@ class PythonKernel:
     spec: str = ""
     kind: str = "python"
     needs_wall_clock: bool = True
+    sync_spec: str | None = None
 
     def implementations(self) -> list[str]:
         """The implementations κ to sweep."""
@@ -297,6 +320,29 @@ def parse_params(items: Iterable[str]) -> dict[str, Any]:
     return out
 
 
+#: ``--sync`` words: frameworks whose own call waits for all of this process's GPU work,
+#: and ``none`` for a callable that returns only when its work is done.
+SYNC_WORDS: Mapping[str, str] = {
+    "torch": "torch.cuda:synchronize",
+    "cupy": "cupy.cuda.runtime:deviceSynchronize",
+    "none": "",
+}
+
+
+def _no_wait() -> None:
+    """``--sync none``: the callable itself returns only when its GPU work is done."""
+
+
+def _parse_sync(sync: str) -> tuple[Callable[[], object], str]:
+    """``--sync`` → (the waiting function, how it was given)."""
+    word = sync.strip()
+    target = SYNC_WORDS.get(word.lower())
+    if target == "":
+        return _no_wait, "none"
+    spec = target or word
+    return _import_callable(spec), spec
+
+
 def _import_callable(spec: str) -> Callable[..., object]:
     try:
         return import_callable(spec)
@@ -346,7 +392,8 @@ def parse_kernel(
             names passed as ``impl=`` to a single callable.
         commands: Implementation → shell command line (``--cmd NAME='…'``) or argument
             list (a tuple, ``--cmd-argv``; see :func:`parse_argv`).
-        sync: ``module:function`` called to wait for queued GPU work (``--sync``).
+        sync: What waits for queued GPU work (``--sync``): ``torch``, ``cupy``,
+            ``module:function``, or ``none`` (the callable waits for its own work).
         name: Element name of the signatures.
 
     Raises:
@@ -386,7 +433,7 @@ def parse_kernel(
                 f"{spec}: unknown implementation(s) {', '.join(unknown)}; known: {', '.join(known)}"
             )
         return SimKernel(catalog.name, workload, tuple(chosen), name or catalog.name)
-    sync_fn = _import_callable(sync) if sync else None
+    sync_fn, sync_spec = _parse_sync(sync) if sync else (None, None)
     specs = [s.strip() for s in spec.split(",") if s.strip()]
     if len(specs) > 1:
         if impls:
@@ -395,12 +442,14 @@ def parse_kernel(
         if len(functions) != len(specs):
             raise SweepError(f"{spec!r}: two callables share a name; implementations must differ")
         element = name or module_label(specs[0].rpartition(":")[0])
-        return PythonKernel(functions, element, theta, False, sync_fn, spec)
+        return PythonKernel(functions, element, theta, False, sync_fn, spec, sync_spec=sync_spec)
     fn = _import_callable(specs[0])
     element = name or specs[0].rpartition(":")[2]
     if impls:
-        return PythonKernel({i: fn for i in impls}, element, theta, True, sync_fn, spec)
-    return PythonKernel({"default": fn}, element, theta, False, sync_fn, spec)
+        return PythonKernel(
+            {i: fn for i in impls}, element, theta, True, sync_fn, spec, sync_spec=sync_spec
+        )
+    return PythonKernel({"default": fn}, element, theta, False, sync_fn, spec, sync_spec=sync_spec)
 
 
 # Grids ------------------------------------------------------------------------------------
@@ -595,7 +644,13 @@ class Grid:
                           "--mem-clocks", "memory clock", device, snap, notes)  # fmt: skip
         pl: list[float | None] = [None]
         if power_limits:
-            lo, hi = device.power_limit_range_w()
+            try:
+                lo, hi = device.power_limit_range_w()
+            except DeviceError as exc:  # no power management: the request cannot be met
+                raise SweepError(
+                    f"--power-limits: {device.name} ({device.model}) has no settable power "
+                    f"limit ({exc}); leave --power-limits out"
+                ) from None
             values = parse_values(power_limits, "--power-limits", "W")
             bad = [v for v in values if not lo - 1e-9 <= v <= hi + 1e-9]
             if bad:
@@ -688,6 +743,77 @@ def _match_supported(
     return sorted({*exact.values(), *off.values()}, reverse=True)
 
 
+# Frameworks a kernel may have imported whose own call waits for all of this process's
+# GPU work (see SYNC_WORDS): where that function sits in the imported module.
+_FRAMEWORK_SYNC = {
+    "torch": ("cuda", "synchronize"),
+    "cupy": ("cuda", "runtime", "deviceSynchronize"),
+}
+
+
+def synchronize_waits(device: Device) -> bool:
+    """Whether ``device.synchronize`` waits for the work a Python callable queues.
+
+    A device may say so in a ``synchronize_waits`` attribute; otherwise it does unless it is
+    an NVML GPU: NVML cannot see CUDA streams, so its ``synchronize`` returns at once. (The
+    simulator's waits for its queued kernels.)
+    """
+    said = getattr(device, "synchronize_waits", None)
+    if isinstance(said, bool):
+        return said
+    return _backend_of(device) != "nvml"
+
+
+def resolve_sync(kernel: Kernel, device: Device) -> tuple[Kernel, str | None]:
+    """Make sure each window of ``kernel`` on ``device`` waits for its GPU work.
+
+    A Python callable without a ``sync``, on a device whose ``synchronize`` waits for
+    nothing (an NVML GPU, :func:`synchronize_waits`), would be measured launching its
+    work, not doing it. Then the framework it imported is synchronized: torch's
+    ``torch.cuda.synchronize`` or cupy's ``deviceSynchronize``, when exactly one of them is
+    imported (by the kernel's module, since eopt imports neither).
+
+    Returns:
+        The kernel (with ``sync`` set where one was taken) and a note saying which, or
+        None when nothing had to be chosen.
+
+    Raises:
+        SweepError: when no sync can be chosen: neither or both frameworks are imported.
+    """
+    if not isinstance(kernel, PythonKernel) or kernel.sync is not None:
+        return kernel, None
+    if synchronize_waits(device):
+        return kernel, None
+    found = [name for name in _FRAMEWORK_SYNC if name in sys.modules]
+    if len(found) == 1:
+        spec, path = SYNC_WORDS[found[0]], _FRAMEWORK_SYNC[found[0]]
+        fn: Any = sys.modules[found[0]]
+        try:
+            for attr in path:
+                fn = getattr(fn, attr)
+        except AttributeError:
+            fn = None
+        if callable(fn):
+            note = (
+                f"no --sync given: each window waits with {spec.replace(':', '.')}, since "
+                f"{found[0]} is imported with kernel {kernel.describe()!r}; pass --sync to "
+                "choose (--sync none if the callable waits for its own GPU work)"
+            )
+            return replace(kernel, sync=fn, sync_spec=f"{spec} (chosen: {found[0]} imported)"), note
+    which = (
+        f"both {' and '.join(found)} are imported"
+        if found
+        else "neither torch nor cupy is imported"
+    )
+    raise SweepError(
+        f"kernel {kernel.describe()!r} runs on {device.name} ({device.model}), whose "
+        "synchronize cannot see CUDA work: without --sync each window would end when the "
+        "work is queued, not done, and measure only its launch. Pass --sync torch, --sync "
+        "cupy or --sync module:function, or --sync none if the callable returns only when "
+        f"its GPU work is done ({which} with the kernel, so eopt cannot choose)"
+    )
+
+
 def check_sweep(kernel: Kernel, grid: Grid, device: Device, control: bool = True) -> None:
     """Everything that can be refused before a sweep starts, without measuring.
 
@@ -696,13 +822,16 @@ def check_sweep(kernel: Kernel, grid: Grid, device: Device, control: bool = True
 
     Raises:
         SweepError: for a grid over :data:`MAX_GRID_CELLS` cells, a grid that sets the
-            device when ``control`` is False, or a simulated kernel the device cannot run
-            (not simulated, or an invocation longer than the simulator's bound).
+            device when ``control`` is False, a simulated kernel the device cannot run
+            (not simulated, or an invocation longer than the simulator's bound), or a
+            Python callable whose windows would not wait for its GPU work
+            (:func:`resolve_sync`).
         MeasureError: for real work (callables, commands) on a simulated GPU.
     """
     grid.check_size()
     if kernel.needs_wall_clock:
         require_wall_clock(device, f"kernel {kernel.describe()!r}")
+    resolve_sync(kernel, device)
     if not control and grid.controls:
         raise SweepError(
             "measure-only mode (--no-control) measures at the current setting and never "
@@ -863,7 +992,14 @@ def sweep(
             the cells are measured at the current setting.
         method: Meter method (``auto``: the energy counter where it exists).
         before_cell: Called before each cell is measured (a hook for tests and tools).
-        warn: Called with each warning (a repaired library); default: printed to stderr.
+        warn: Called with each warning and note (a repaired library, a sync eopt chose,
+            something the device noted while setting a point); default: printed to stderr.
+
+    Each signature's ``meta`` also records ``sync`` (what each window waited with),
+    ``op_point_set`` (whether eopt set the point or measured at the current setting),
+    ``device_uuid``, ``device_notes`` (what the device noted setting the point) and, from
+    the repeat protocol, what the device ran at per window and the flags where that
+    differs from the point (:mod:`eopt.measure.repeat`).
 
     Raises:
         SweepError: for what :func:`check_sweep` refuses, or cells already measured
@@ -872,8 +1008,14 @@ def sweep(
         MeasureError: for real work (callables, commands) on a simulated GPU.
         MeterError: when the meter failed during a cell (the cell is not saved).
         GpuInUseError: when another eopt process controls the GPU (grids that set it).
+        DeviceError: when the device cannot make a point's setting, or it did not take
+            (e.g. ``NvmlNotSupportedError`` for a memory-clock lock the GPU does not
+            support); cells measured before are saved.
     """
     check_sweep(kernel, grid, device, control)
+    kernel, sync_note = resolve_sync(kernel, device)
+    if sync_note is not None:
+        _warn(warn, sync_note)
     path = Path(out_path)
     lock = library_lock(path)
     try:
@@ -892,6 +1034,22 @@ def sweep(
         lock.release()
 
 
+def _warn(warn: Callable[[str], None] | None, message: str) -> None:
+    if warn is not None:
+        warn(message)
+    else:
+        print(f"warning: {message}", file=sys.stderr)
+
+
+def _sync_label(kernel: Kernel) -> str:
+    """What each window of ``kernel`` waits with, for ``meta["sync"]``."""
+    if isinstance(kernel, CommandKernel):
+        return "process exit"
+    if isinstance(kernel, PythonKernel) and kernel.sync is not None:
+        return kernel.sync_spec or getattr(kernel.sync, "__qualname__", "sync")
+    return "device.synchronize"
+
+
 def _sweep_locked(
     kernel: Kernel,
     grid: Grid,
@@ -908,10 +1066,7 @@ def _sweep_locked(
     """:func:`sweep`, once the library's lock is held."""
     repairs = repair_library_tail(path)
     for message in repairs:
-        if warn is not None:
-            warn(message)
-        else:
-            print(f"warning: {message}", file=sys.stderr)
+        _warn(warn, message)
     existing: dict[str, Signature] = {}
     if path.exists() and path.stat().st_size > 0:
         existing = {_signature_key(s): s for s in read_library(path)}
@@ -937,8 +1092,18 @@ def _sweep_locked(
     pol = policy or RepeatPolicy()
     backend = _backend_of(device)
     measured: list[Signature] = []
-    extra = {"kernel_spec": kernel.describe(), "kernel_kind": kernel.kind}
+    extra: dict[str, Any] = {
+        "kernel_spec": kernel.describe(),
+        "kernel_kind": kernel.kind,
+        "sync": _sync_label(kernel),
+        "op_point_set": grid.controls,
+    }
+    uuid = getattr(device, "uuid", None)
+    if isinstance(uuid, str):
+        extra["device_uuid"] = uuid
     sync = getattr(kernel, "sync", None)
+    raw_notes = getattr(device, "notes", None)
+    notes: list[str] = raw_notes if isinstance(raw_notes, list) else []
 
     def run_cells() -> None:
         nonlocal done
@@ -947,9 +1112,14 @@ def _sweep_locked(
             for cell, key in todo:
                 by_point.setdefault(point_of(cell), []).append((cell, key))
             for point, group in by_point.items():
+                seen = len(notes)
                 if grid.controls:
                     device.set_operating_point(point)
-                readback = device.current_operating_point().to_dict()
+                # What the device noticed setting the point (an administrator's lock it
+                # overrode …): said now and kept with the cells, never left unread.
+                point_notes = list(notes[seen:])
+                for note in point_notes:
+                    _warn(warn, note)
                 static = measure_static_power(device, meter, pol.static_idle_s, pol.settle_s)
                 for cell, _key in group:
                     if progress is not None:
@@ -968,7 +1138,7 @@ def _sweep_locked(
                         sync=sync,
                         static=static,
                         backend=backend,
-                        extra_meta={**extra, "op_point_readback": readback},
+                        extra_meta={**extra, "device_notes": point_notes},
                     )
                     append_signature(path, sig)
                     measured.append(sig)

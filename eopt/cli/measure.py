@@ -19,14 +19,20 @@ from eopt.cli._common import (
     quiet_option,
     write_json,
 )
+from eopt.cli._gpus import GPU_HELP, GPUS_HELP, parse_gpus, resolve_gpu_option, sim_gpu_index
 from eopt.devices.base import WallClock
 from eopt.measure.command import CommandMeasurement, MeasureError, measure_command
 
-__all__ = ["command", "open_measure_device", "print_report"]
+__all__ = ["command", "open_measure_device", "open_measure_gpus", "parse_gpus", "print_report"]
 
 
-def open_measure_device(backend: str, index: int) -> Any:
+def open_measure_device(backend: str, gpu: str) -> Any:
     """The GPU to watch (a seam the tests replace).
+
+    Args:
+        backend: ``auto`` or ``nvml``.
+        gpu: The ``--gpu`` value: a CUDA ordinal, UUID, PCI bus id or ``nvml:N``
+            (:func:`eopt.cli._gpus.resolve_gpu_option`).
 
     Without an NVIDIA GPU this is a simulated one, quietly: a real command cannot be
     measured on it, and the caller says so (or records events only).
@@ -36,19 +42,25 @@ def open_measure_device(backend: str, index: int) -> Any:
     if backend == "auto" and nvml_gpu_count() == 0:
         from eopt.devices.sim import SimulatedGPU
 
-        return SimulatedGPU(index=index, control=False)
-    return open_devices(backend, [index], control=False)[0]
+        return SimulatedGPU(index=sim_gpu_index(gpu, nvml_seen=True), control=False)
+    return open_devices(backend, [resolve_gpu_option(gpu)], control=False)[0]
 
 
 def open_measure_gpus(selection: str | None, backend: str) -> list[Any]:
     """The GPUs to watch for a recording (a seam the tests replace).
 
     Args:
-        selection: ``all``, ``0,1,…``, or None (all GPUs NVML sees, if any).
+        selection: ``all``, a list of GPUs named as for ``--gpu`` (``0,1``,
+            ``GPU-8f2c,GPU-41aa``, ``nvml:0,nvml:3`` …), or None: as ``all``, the GPUs
+            ``CUDA_VISIBLE_DEVICES`` gives this process (every GPU when it is unset),
+            if NVML sees any (see :func:`eopt.cli._gpus.parse_gpus`).
         backend: The --backend value; GPUs only when it names nvml or is auto.
 
     Returns:
         Measure-only NVML devices; empty when NVML sees no GPU and none was asked for.
+
+    Raises:
+        UserError: for a selection naming no GPU present.
     """
     if backend not in ("auto", "nvml", "nvml,rapl"):
         if selection is not None:
@@ -61,8 +73,10 @@ def open_measure_gpus(selection: str | None, backend: str) -> list[Any]:
     else:
         count = nvml.device_count(raise_errors=True)
     if count == 0:
+        if selection is not None and selection.strip().lower() != "all":
+            raise UserError(f"--gpus {selection}: NVML sees no NVIDIA GPU here")
         return []
-    indices = parse_gpus(selection, count)
+    indices = parse_gpus(selection, nvml.list_gpus(), mig_parent=nvml.mig_parent_index)
     return open_devices("nvml", indices, control=False)
 
 
@@ -82,28 +96,6 @@ def nvml_gpu_count() -> int:
                 highlight=False,
             )
         return 0
-
-
-def parse_gpus(selection: str | None, count: int) -> list[int]:
-    """``all``/None → every index below ``count``; ``0,2`` → [0, 2] (checked).
-
-    Raises:
-        UserError: for a malformed list, a duplicate or an index out of range.
-    """
-    if selection is None or selection.strip().lower() == "all":
-        return list(range(count))
-    out: list[int] = []
-    for part in selection.split(","):
-        try:
-            index = int(part.strip())
-        except ValueError:
-            raise UserError(f"--gpus {selection!r}: give 'all' or indices like 0,1") from None
-        if not 0 <= index < count:
-            raise UserError(f"--gpus {selection!r}: GPU {index} does not exist (0–{count - 1})")
-        if index in out:
-            raise UserError(f"--gpus {selection!r}: GPU {index} is listed twice")
-        out.append(index)
-    return out
 
 
 def open_rapl_source(backend: str) -> Any | None:
@@ -201,12 +193,8 @@ def print_report(result: CommandMeasurement) -> None:
     help="Power sources: NVIDIA GPUs (nvml), the CPU packages and DRAM through Linux "
     "powercap (rapl), both, or none (events only). auto: the GPUs, plus RAPL where readable.",
 )
-@click.option("--gpu", "gpu_index", type=int, default=0, show_default=True, help="GPU index.")
-@click.option(
-    "--gpus",
-    help="Watch several GPUs: 'all' or indices '0,1,…' (one power series each; per-region "
-    "energy per GPU and summed).",
-)
+@click.option("--gpu", "gpu", default="0", show_default=True, help=GPU_HELP)
+@click.option("--gpus", help=GPUS_HELP)
 @click.option(
     "--kokkos",
     is_flag=True,
@@ -255,7 +243,7 @@ def command(
     as_json: bool,
     output: str | None,
     backend: str,
-    gpu_index: int,
+    gpu: str,
     gpus: str | None,
     kokkos: bool,
     method: str,
@@ -310,7 +298,7 @@ def command(
         _repeat(
             list(cmd),
             backend,
-            gpu_index,
+            gpu,
             method,
             repeat,
             shift_ms,
@@ -327,7 +315,7 @@ def command(
     if output and os.path.isdir(output):
         raise UserError(f"{output}: is a folder; -o names the JSON file (or add --repeat N)")
     check_output(output, force)
-    device = open_measure_device(backend, gpu_index)
+    device = open_measure_device(backend, gpu)
     if trace_dir and not isinstance(device.clock, WallClock):
         # No GPU to watch: still record the events (and the CPU, where RAPL is readable).
         _record(list(cmd), backend, None, kokkos, method, trace_dir, as_json, output, force)
@@ -362,7 +350,7 @@ def command(
 def _repeat(
     cmd: list[str],
     backend: str,
-    gpu_index: int,
+    gpu: str,
     method: str,
     n: int,
     shift_ms: float,
@@ -385,7 +373,7 @@ def _repeat(
     if not output:
         raise UserError("--repeat needs -o RUNSET, the folder that receives one trace per run")
     if session is None:
-        device = open_measure_device(backend, gpu_index)
+        device = open_measure_device(backend, gpu)
         record = gpu_recorder(cmd, device, method=method)  # type: ignore[arg-type]
         period = sensor_period_s(device)
     else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,13 +39,80 @@ def _open(entry: dict[str, Any]) -> Any:
     return nvml.NvmlGPU(index, control=True)
 
 
+class _GpuSpec(click.ParamType):
+    """``--gpu``: checked for its form here, resolved (through NVML) only when needed."""
+
+    name = "GPU"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from eopt.devices.gpu_select import parse_pci_bus_id
+
+        text = str(value).strip()
+        if re.fullmatch(r"-\d+", text):
+            self.fail(f"{text} is not in the range x>=0", param, ctx)
+        if (
+            re.fullmatch(r"(?i)(cuda:|nvml:)?\d+", text)
+            or text.upper().startswith(("GPU-", "MIG-"))
+            or parse_pci_bus_id(text) is not None
+        ):
+            return text
+        self.fail(
+            f"{text!r}: give a UUID (GPU-…, from nvidia-smi -L), a PCI bus id "
+            "(0000:3b:00.0), a CUDA ordinal (0, cuda:1) or nvml:N",
+            param,
+            ctx,
+        )
+
+
+def _gpu_filter(specs: tuple[str, ...]) -> Any:
+    """A predicate over saved entries for ``--gpu`` specs (None: every entry).
+
+    A UUID (or a unique prefix of one) matches saved entries directly, so it works for
+    a GPU that is no longer present; CUDA ordinals, PCI bus ids and ``nvml:N`` are
+    resolved through NVML to the GPU's UUID (``eopt.devices.resolve_gpu``).
+    """
+    if not specs:
+        return None
+    uuids: list[str] = []
+    for spec in specs:
+        if spec.upper().startswith("GPU-"):
+            uuids.append(spec.lower())
+            continue
+        from eopt.cli._gpus import resolve_gpu_option
+        from eopt.devices import nvml
+        from eopt.devices.base import DeviceError
+
+        try:
+            index = resolve_gpu_option(spec)
+            uuids.append(next(g.uuid for g in nvml.list_gpus() if g.index == index).lower())
+        except (DeviceError, StopIteration) as exc:
+            raise UserError(f"--gpu {spec}: {exc}") from None
+
+    def wanted(entry: dict[str, Any]) -> bool:
+        uuid = str(entry.get("uuid") or "").lower()
+        return bool(uuid) and any(uuid == u or uuid.startswith(u) for u in uuids)
+
+    return wanted
+
+
 @click.command("reset")
 @click.option(
     "--gpu",
     "gpus",
-    type=click.IntRange(min=0),
     multiple=True,
-    help="Restore only this GPU index (repeatable). Default: every saved GPU.",
+    type=_GpuSpec(),
+    help="Restore only this GPU (repeatable): a UUID (GPU-…, from nvidia-smi -L), a PCI "
+    "bus id, a CUDA ordinal as this shell sees it (CUDA_VISIBLE_DEVICES honoured) or "
+    "nvml:N (nvidia-smi's number). Default: every saved GPU.",
+)
+@click.option(
+    "--state-dir",
+    "state_dirs",
+    multiple=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    metavar="DIR",
+    help="Look for saved states here instead (repeatable). Default: $EOPT_STATE_DIR or "
+    "~/.local/state/eopt, and under sudo also the invoking user's ~/.local/state/eopt.",
 )
 @click.option("--dry-run", is_flag=True, help="Print what would be done; change nothing.")
 @click.option(
@@ -55,29 +123,37 @@ def _open(entry: dict[str, Any]) -> Any:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print what was (or would be) restored.")
 @quiet_option
-def command(gpus: tuple[int, ...], dry_run: bool, force: bool, as_json: bool) -> None:
+def command(
+    gpus: tuple[str, ...],
+    state_dirs: tuple[Path, ...],
+    dry_run: bool,
+    force: bool,
+    as_json: bool,
+) -> None:
     """Restore GPU clocks and power limits saved by eopt runs that were killed.
 
     eopt saves each GPU's settings before changing them and restores them on exit,
-    errors and Ctrl-C. A run killed with SIGKILL cannot: its saved state stays in
-    $EOPT_STATE_DIR (default ~/.local/state/eopt), and this command puts the GPUs
+    errors, Ctrl-C and SIGTERM. A run killed with SIGKILL cannot: its saved state stays
+    in $EOPT_STATE_DIR (default ~/.local/state/eopt), and this command puts the GPUs
     back: it resets locked clocks and sets the ORIGINAL power limit. When several
     saved states name one GPU (`eopt apply a.json; eopt apply b.json`), the oldest
     one, the state found before the first change, is restored. A GPU that another
-    eopt process controls right now is left alone. Needs root or CAP_SYS_ADMIN.
+    eopt process controls right now is left alone. Needs root or CAP_SYS_ADMIN; under
+    sudo it also looks in the invoking user's state directory.
 
     \b
     Examples:
-      eopt reset --dry-run        # show what would be restored
-      sudo eopt reset             # restore every saved GPU
-      sudo eopt reset --gpu 0     # only GPU 0
+      eopt reset --dry-run                # show what would be restored
+      sudo eopt reset                     # restore every saved GPU
+      sudo eopt reset --gpu GPU-8f2c      # only this GPU (UUID or a unique prefix)
+      sudo eopt reset --state-dir /shared/eopt-state
     """
     from eopt.devices.base import DeviceError
     from eopt.devices.guard import (
         controlling_gpu,
         entry_key,
         find_state_files,
-        state_dir,
+        reset_state_dirs,
     )
 
     # What --json prints: one entry per GPU acted on (or that would be), and the skips.
@@ -88,8 +164,14 @@ def command(gpus: tuple[int, ...], dry_run: bool, force: bool, as_json: bool) ->
     def say(text: str, stream: Any = err_console) -> None:
         stream.print(text, highlight=False, soft_wrap=True)
 
-    files = find_state_files()  # oldest first
-    wanted = set(gpus)
+    directories = reset_state_dirs(state_dirs)
+    try:
+        files = sorted(
+            (f for d in directories for f in find_state_files(d)), key=lambda f: f.created
+        )  # oldest first, across directories
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    wanted = _gpu_filter(gpus)
     remaining: dict[Path, list[dict[str, Any]]] = {}
     # GPU → its saved entries, oldest first: the first is the original state.
     saved: dict[str, list[tuple[StateFile, dict[str, Any]]]] = {}
@@ -107,7 +189,7 @@ def command(gpus: tuple[int, ...], dry_run: bool, force: bool, as_json: bool) ->
             continue
         remaining[state.path] = list(state.devices)
         for entry in state.devices:
-            if wanted and entry.get("index") not in wanted:
+            if wanted is not None and not wanted(entry):
                 continue
             if entry.get("backend") != "nvml":
                 # Not a GPU eopt reset can reach (e.g. a test double): nothing to restore.
@@ -133,10 +215,12 @@ def command(gpus: tuple[int, ...], dry_run: bool, force: bool, as_json: bool) ->
             pending += 1
             continue
         try:
+            # The lock lives next to the state file: the process that wrote it (another
+            # user's, under sudo) locked the GPU in its own directory.
             lock = (
                 contextlib.nullcontext()
                 if force
-                else controlling_gpu(first, first_state.host, state_dir())
+                else controlling_gpu(first, first_state.host, first_state.path.parent)
             )
             with lock:
                 for line in _open(first).restore_from_state(first):
@@ -160,8 +244,8 @@ def command(gpus: tuple[int, ...], dry_run: bool, force: bool, as_json: bool) ->
             f"restored {restored} GPU(s); failed: " + "; ".join(failures) + " (state file kept)"
         )
     if restored == 0 and pending == 0:
-        where = state_dir()
-        which = f" for GPU(s) {', '.join(map(str, sorted(wanted)))}" if wanted else ""
+        where = ", ".join(str(d) for d in directories)
+        which = f" for GPU(s) {', '.join(gpus)}" if gpus else ""
         console.print(f"Nothing to restore{which}: no saved GPU state in {where}.", soft_wrap=True)
     elif dry_run:
         console.print(f"{pending} GPU(s) would be restored; run without --dry-run to do it.")

@@ -19,7 +19,8 @@ from rich.table import Table
 
 from eopt.calculus.signature import Signature
 from eopt.cli._common import UserError, console, err_console, write_json
-from eopt.devices.base import DevicePermissionError
+from eopt.cli._gpus import GPU_HELP, resolve_gpu_option, sim_gpu_index
+from eopt.devices.base import DeviceError, DevicePermissionError
 from eopt.measure.command import MeasureError
 from eopt.measure.meter import MeterError
 from eopt.measure.repeat import RepeatPolicy
@@ -35,10 +36,11 @@ from eopt.sweep import (
     parse_argv,
     parse_kernel,
     parse_params,
+    resolve_sync,
     sweep,
 )
 
-__all__ = ["Number", "command", "print_cells", "print_frontier", "result_json"]
+__all__ = ["Number", "command", "open_sweep_device", "print_cells", "print_frontier", "result_json"]
 
 
 class Number(click.ParamType):
@@ -114,6 +116,45 @@ class Number(click.ParamType):
         top = f"{self.hi:.0f}" if self.kind is int else f"{self.hi:g}"
         high = f" and {'<' if self.hi_open else '≤'} {top}" if math.isfinite(self.hi) else ""
         return f"expected {what} {low}{high}{unit}"
+
+
+def open_sweep_device(backend: str, gpu: str, sim_model: str, seed: int, control: bool) -> Any:
+    """The GPU a sweep runs on.
+
+    Args:
+        backend: ``auto``, ``nvml`` or ``sim``.
+        gpu: The ``--gpu`` value (see :data:`eopt.cli._gpus.GPU_HELP`): resolved to the
+            physical GPU through NVML where NVML sees GPUs; the simulated GPU takes an
+            index.
+        sim_model: Simulated GPU model.
+        seed: Seed of the simulator's noise.
+        control: False opens the GPU measure-only.
+
+    Raises:
+        UserError: for a GPU that is not there, or a UUID without NVIDIA GPUs.
+    """
+    from eopt.devices import open_devices
+
+    if backend == "sim":
+        index = sim_gpu_index(gpu)
+    elif backend == "auto" and _nvml_gpu_count() == 0:
+        index = sim_gpu_index(gpu, nvml_seen=True)
+    else:
+        try:
+            index = resolve_gpu_option(gpu)
+        except DeviceError as exc:  # NVML cannot start: --backend nvml asked for it
+            raise UserError(str(exc)) from None
+    return open_devices(backend, [index], sim_model, seed, control=control)[0]
+
+
+def _nvml_gpu_count() -> int:
+    """The GPUs NVML sees; 0 when it cannot start or pynvml is missing (``open_devices``
+    then says why it falls back to the simulator)."""
+    try:
+        from eopt.devices import nvml
+    except ImportError:
+        return 0
+    return nvml.device_count()
 
 
 def _split(text: str | None) -> list[str]:
@@ -202,7 +243,11 @@ def result_json(result: SweepResult, grid: Grid, device: Any, dominance: str) ->
     front = Frontier.from_signatures(result.signatures, dominance=dominance)
     return {
         "library": str(result.path),
-        "device": {"name": device.name, "model": device.model},
+        "device": {
+            "name": device.name,
+            "model": device.model,
+            **({"uuid": device.uuid} if isinstance(getattr(device, "uuid", None), str) else {}),
+        },
         "cells_in_grid": len(grid),
         "measured": len(result.measured),
         "resumed": result.skipped,
@@ -283,7 +328,13 @@ _SECONDS_HELP = "s; a bare number, or with s or ms"
     help="A program and its arguments per implementation (repeat), run without a shell: "
     "split by shell quoting rules, but no globbing, pipes or $VARS.",
 )
-@click.option("--sync", help="module:function that waits for queued GPU work.")
+@click.option(
+    "--sync",
+    help="What each window waits with for queued GPU work: torch (torch.cuda.synchronize), "
+    "cupy, module:function, or none (the callable returns only when its work is done). "
+    "Python callables on an NVIDIA GPU need it: NVML cannot see CUDA work; without it eopt "
+    "takes torch's or cupy's when the kernel imported exactly one of them, and says so.",
+)
 @click.option("--name", help="Element name of the signatures (default: the kernel's).")
 @click.option(
     "--clocks",
@@ -311,9 +362,7 @@ _SECONDS_HELP = "s; a bare number, or with s or ms"
     default=None,
     help="Device backend (default: sim for sim: kernels, else auto).",
 )
-@click.option(
-    "--gpu", "gpu_index", type=Number(int), default=0, show_default=True, help="GPU index."
-)
+@click.option("--gpu", "gpu", default="0", show_default=True, help=GPU_HELP)
 @click.option(
     "--sim-model", default="A100-SXM4-40GB", show_default=True, help="Simulated GPU model."
 )
@@ -396,7 +445,7 @@ def command(
     no_control: bool,
     resume: bool,
     backend: str | None,
-    gpu_index: int,
+    gpu: str,
     sim_model: str,
     seed: int,
     method: str,
@@ -416,7 +465,19 @@ def command(
     function(**params), or function(impl=…, **params) with --impls), path/to/file.py:function,
     or a comma-separated list of callables (one per implementation); or give --cmd /
     --cmd-argv instead. Asynchronous GPU work (CUDA, PyTorch) needs --sync so each window
-    waits for it.
+    waits for it: on an NVIDIA GPU a Python callable without --sync is refused, unless
+    the kernel imported torch or cupy (exactly one), whose synchronize is then used and
+    named; --sync none says the callable waits for its own work.
+
+    --gpu names the GPU as this process's CUDA does: a plain integer is a CUDA ordinal
+    (after CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER), not nvidia-smi's index (nvml:N);
+    UUIDs (GPU-…, from nvidia-smi -L) and PCI bus ids name one GPU for every tool.
+
+    Each cell records what the GPU ran at, read back per window (SM clock, clocks-event
+    reasons, enforced power limit, where the GPU reports them), and is flagged where that
+    differs from its setting (sm_clock_off_request, mem_clock_off_request,
+    power_limit_not_enforced), where the GPU throttled itself (throttled) or the meter's
+    readings failed (meter_gap). A setting the GPU cannot make fails the sweep.
 
     \b
     Where module:function comes from (a stray file never runs in place of a library):
@@ -481,10 +542,21 @@ def command(
     chosen = backend or ("sim" if spec.kind == "sim" else "auto")
     if spec.kind == "sim" and chosen == "nvml":
         raise UserError(f"{spec.describe()} is a simulated kernel; it runs only with --backend sim")
-    from eopt.devices import open_devices
-
-    device = open_devices(chosen, [gpu_index], sim_model, seed, control=not no_control)[0]
+    try:
+        device = open_sweep_device(chosen, gpu, sim_model, seed, control=not no_control)
+    except DeviceError as exc:
+        raise UserError(str(exc)) from None
     by_default = clocks is None and not (no_control or power_limits or mem_clocks)
+    if by_default and not device.supported_sm_clocks_mhz():
+        # Nothing was asked for explicitly: a GPU without clock tables keeps its clock.
+        by_default = False
+        clocks = "current"
+        if not quiet:
+            err_console.print(
+                f"note: {escape(device.name)} reports no settable SM clocks: measuring at "
+                "the current clock",
+                highlight=False,
+            )
     try:
         grid = Grid.build(
             spec,
@@ -495,8 +567,11 @@ def command(
             snap=snap,
         )
         check_sweep(spec, grid, device, control=not no_control)
+        spec, sync_note = resolve_sync(spec, device)
     except (SweepError, MeasureError) as exc:
         raise UserError(str(exc)) from None
+    if sync_note is not None and not quiet:
+        err_console.print(f"note: {escape(sync_note)}", highlight=False)
     if not quiet:
         if by_default:
             supported = list(device.supported_sm_clocks_mhz())
@@ -575,7 +650,9 @@ def _run(
             ) from None
         except LibraryInUseError as exc:
             raise UserError(str(exc)) from None
-        except (SweepError, MeasureError, KernelError, MeterError) as exc:
+        except (SweepError, MeasureError, KernelError, MeterError, DeviceError) as exc:
+            # DeviceError: a setting the GPU cannot make or that did not take; the GPU
+            # was restored, and no cell was saved at that setting.
             raise UserError(f"{exc}; finished cells are saved, --resume continues") from None
         except KeyboardInterrupt:
             err_console.print(

@@ -547,6 +547,21 @@ class NvmlGPU:
         except NvmlNotSupportedError:
             return None  # no power management (laptops, some vGPUs): no limit to keep
 
+    def sm_clock_mhz(self) -> float | None:
+        """The SM clock the GPU runs at now, in MHz (None where the driver cannot say)."""
+        return self._clock_now("reading the SM clock", pynvml.NVML_CLOCK_SM)
+
+    def mem_clock_mhz(self) -> float | None:
+        """The memory clock the GPU runs at now, in MHz (None where the driver cannot say)."""
+        return self._clock_now("reading the memory clock", pynvml.NVML_CLOCK_MEM)
+
+    def _clock_now(self, action: str, kind: int) -> float | None:
+        try:
+            value = self._nvml(action, pynvml.nvmlDeviceGetClockInfo, kind)
+        except NvmlNotSupportedError:
+            return None
+        return float(value) if isinstance(value, (int, float)) else None
+
     def enforced_power_limit_w(self) -> float | None:
         """The limit the GPU enforces, in W: the lowest of every limit set on it (this
         one, another tool's, a system cap); None where the driver cannot say."""

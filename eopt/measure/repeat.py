@@ -19,28 +19,41 @@ The protocol, in order:
 4. **Statistics** on the per-invocation values of each window: mean, single-run variance,
    medians, bootstrap CIs, warm-up drift and state-change tests. Anything suspicious is
    recorded in ``meta["flags"]``; no run is ever dropped.
+
+What the device really ran at is read, never assumed (:class:`DeviceStateProbe`): where a
+device offers them, its SM and memory clocks, clocks-event ("throttle") reasons and the
+power limit it enforces are read once a sensor period during the cell and at each
+window's edges, recorded per window (``meta["runs"]``) and compared with the operating
+point the cell asked for: a clock that did not hold, a limit another one overrides, a
+thermal or power-brake slowdown, and windows that fell in gaps of the meter's readings are
+flagged (:data:`STATE_FLAGS`).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import math
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from eopt.calculus.signature import Signature
-from eopt.devices.base import Device
+from eopt.devices.base import Device, SensorReadError, Timer
 from eopt.devices.operating_point import OperatingPoint
 from eopt.measure.meter import Meter, WindowEnergy
 from eopt.measure.stats import Summary, detect_state_change, detect_warmup_drift, summarize
 
 __all__ = [
+    "SLOWDOWN_REASONS",
+    "STATE_FLAGS",
     "CellRuns",
+    "DeviceStateProbe",
     "RepeatPolicy",
     "StaticPower",
+    "WindowState",
     "measure_signature",
     "measure_static_power",
     "run_repeats",
@@ -130,6 +143,7 @@ class StaticPower:
             "error_w": self.window.error_j / self.window.duration_s
             if self.window.duration_s > 0
             else 0.0,
+            "gap_s": self.window.gap_s,
         }
 
 
@@ -160,6 +174,186 @@ def measure_static_power(
     return StaticPower(window.mean_power_w, window)
 
 
+#: Clocks-event reasons that mean something other than the cell's request held the clocks
+#: down: heat, the board's hardware protection, a power brake. (``sw_power_cap`` is the
+#: power limit doing its job, and shows as a clock below a locked one; ``gpu_idle`` and
+#: ``applications_clocks_setting`` are what an idle GPU and a clock lock look like.)
+SLOWDOWN_REASONS = frozenset(
+    {
+        "hw_slowdown",
+        "sw_thermal_slowdown",
+        "hw_thermal_slowdown",
+        "hw_power_brake_slowdown",
+        "board_limit",
+        "reliability",
+    }
+)
+
+#: The flags that compare what the device ran at with the request, and meter gaps.
+STATE_FLAGS = (
+    "sm_clock_off_request",
+    "mem_clock_off_request",
+    "power_limit_not_enforced",
+    "throttled",
+    "meter_gap",
+)
+
+# A locked clock counts as held within one step of the usual 15 MHz tables, or 1 % of the
+# clock where that is more (memory clocks read back within 1 % of the table's value).
+_CLOCK_STEP_MHZ = 15.0
+_CLOCK_REL = 0.01
+# Boards round power limits to whole watts.
+_LIMIT_TOLERANCE_W = 1.0
+
+
+@dataclass(frozen=True)
+class WindowState:
+    """What the device ran at during one measured window (None: not readable there).
+
+    Attributes:
+        sm_clock_mhz: Mean SM clock over the readings inside the window (those at its
+            edges when none fell inside), in MHz.
+        mem_clock_mhz: Mean memory clock, likewise, in MHz.
+        clocks_event_reasons: Every clocks-event reason read in or at the edges of the
+            window, sorted (None where the device cannot report them).
+        enforced_power_limit_w: The lowest enforced power limit read, in W.
+        readings: How many readings (inside the window and at its two edges).
+    """
+
+    sm_clock_mhz: float | None
+    mem_clock_mhz: float | None
+    clocks_event_reasons: tuple[str, ...] | None
+    enforced_power_limit_w: float | None
+    readings: int
+
+
+class DeviceStateProbe:
+    """Reads what a device really runs at, on a timer and on demand, for per-window records.
+
+    It reads those of ``sm_clock_mhz()``, ``mem_clock_mhz()`` (current clocks, MHz),
+    ``clocks_event_reasons()`` (a set of names) and ``enforced_power_limit_w()`` (W) that
+    the device offers; a device offering none of them (the simulator) gets an inactive
+    probe that never starts a timer. What a reading returns, not what eopt asked for, is
+    what is recorded.
+
+    A reading that fails is a gap in these diagnostics, never a failed measurement: a
+    transient :class:`~eopt.devices.base.SensorReadError` skips that one reading; any other
+    error stops reading that quantity and is kept in :attr:`errors`; a reading of None (the
+    device cannot say) stops reading it quietly.
+
+    Args:
+        device: The device.
+        period_s: Timer period, in s (a meter's sensor period is a good one).
+    """
+
+    READINGS = ("sm_clock_mhz", "mem_clock_mhz", "clocks_event_reasons", "enforced_power_limit_w")
+
+    def __init__(self, device: Device, period_s: float) -> None:
+        if not period_s > 0:
+            raise ValueError(f"probe period must be positive, got {period_s}")
+        self.device = device
+        self.period_s = float(period_s)
+        self._readers: dict[str, Callable[[], Any]] = {}
+        for name in self.READINGS:
+            reader = getattr(device, name, None)
+            if callable(reader):
+                self._readers[name] = reader
+        self._offered = tuple(self._readers)
+        #: Quantity → why it stopped being read.
+        self.errors: dict[str, str] = {}
+        self._samples: list[tuple[float, dict[str, Any]]] = []
+        self._lock = threading.Lock()  # the timer's thread and the measuring one both read
+        self._timer: Timer | None = None
+
+    @property
+    def active(self) -> bool:
+        """Whether the device offers anything to read."""
+        return bool(self._readers)
+
+    @property
+    def readable(self) -> tuple[str, ...]:
+        """The quantities this device offers (see :attr:`READINGS`), including any that
+        stopped being read (:attr:`errors`)."""
+        return self._offered
+
+    def start(self) -> DeviceStateProbe:
+        """Read once and start the timer (nothing for an inactive probe); returns ``self``."""
+        if self.active and self._timer is None:
+            self.sample()
+            self._timer = self.device.clock.every(self.period_s, self._on_timer)
+        return self
+
+    def stop(self) -> None:
+        """Stop the timer (the readings stay)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _on_timer(self, now: float) -> None:
+        self.sample(now)
+
+    def sample(self, now: float | None = None) -> dict[str, Any]:
+        """Read every quantity once now; returns the readings (absent: not read)."""
+        t = self.device.clock.now() if now is None else now
+        values: dict[str, Any] = {}
+        for name, read in list(self._readers.items()):
+            try:
+                value = read()
+            except SensorReadError:
+                continue  # the next reading may succeed
+            except Exception as exc:  # diagnostics must never fail the measurement
+                self.errors[name] = f"{type(exc).__name__}: {exc}"
+                self._readers.pop(name, None)
+                continue
+            if value is None:
+                # The device cannot say here (an old driver, no power management), and
+                # will not later: stop asking.
+                self._readers.pop(name, None)
+                continue
+            if name == "clocks_event_reasons":
+                values[name] = tuple(sorted(str(r) for r in value))
+            else:
+                values[name] = float(value)
+        with self._lock:
+            self._samples.append((t, values))
+        return values
+
+    def between(self, start_s: float, end_s: float) -> list[dict[str, Any]]:
+        """The timer's readings strictly inside ``(start_s, end_s)``."""
+        with self._lock:
+            return [v for t, v in self._samples if start_s < t < end_s]
+
+    def window(
+        self, start_s: float, end_s: float, edges: Sequence[Mapping[str, Any]] = ()
+    ) -> WindowState:
+        """Summarize the readings of one window and of its edges.
+
+        Args:
+            start_s: Window start on the device's clock, in s.
+            end_s: Window end, in s.
+            edges: Readings taken just before the window opened and just after it closed.
+        """
+        inside = self.between(start_s, end_s)
+        every = [*inside, *edges]
+
+        def mean(name: str) -> float | None:
+            values = [r[name] for r in inside if name in r] or [r[name] for r in edges if name in r]
+            return sum(values) / len(values) if values else None
+
+        reasons: tuple[str, ...] | None = None
+        seen = [r["clocks_event_reasons"] for r in every if "clocks_event_reasons" in r]
+        if seen:
+            reasons = tuple(sorted(set().union(*seen)))
+        limits = [r["enforced_power_limit_w"] for r in every if "enforced_power_limit_w" in r]
+        return WindowState(
+            sm_clock_mhz=mean("sm_clock_mhz"),
+            mem_clock_mhz=mean("mem_clock_mhz"),
+            clocks_event_reasons=reasons,
+            enforced_power_limit_w=min(limits) if limits else None,
+            readings=len(every),
+        )
+
+
 @dataclass(frozen=True)
 class CellRuns:
     """The raw outcome of :func:`run_repeats`: per-invocation values of every window.
@@ -177,6 +371,10 @@ class CellRuns:
         meter: The meter's description.
         single_times_s: Times of single invocations, each synchronised, from the last
             warm-up window (empty when ``k`` is 1 or there is no warm-up), in s.
+        states: What the device ran at in each measured window (empty when the device
+            offers no readings; see :class:`DeviceStateProbe`).
+        state_readable: The quantities the device offered to read.
+        state_errors: Quantity → why it stopped being read during the cell.
     """
 
     time_s: np.ndarray
@@ -189,6 +387,9 @@ class CellRuns:
     finished_at: str
     meter: dict[str, Any] = field(default_factory=dict)
     single_times_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    states: tuple[WindowState, ...] = ()
+    state_readable: tuple[str, ...] = ()
+    state_errors: Mapping[str, str] = field(default_factory=dict)
 
 
 def run_repeats(
@@ -206,9 +407,29 @@ def run_repeats(
         run: One invocation (returns when its work is queued or done).
         policy: Repeat counts and durations.
         sync: Waits for queued work (default ``device.synchronize``); called before each
-            window closes, so asynchronous launches are charged to their window.
+            window closes, so asynchronous launches are charged to their window. On an
+            NVML GPU ``device.synchronize`` cannot see CUDA work and returns at once:
+            asynchronous callables must pass the framework's own (e.g.
+            ``torch.cuda.synchronize``), or each window measures only the launches.
     """
     pol = policy or RepeatPolicy()
+    probe = DeviceStateProbe(device, meter.sensor_period_s)
+    probe.start()
+    try:
+        return _run_repeats(device, meter, run, pol, sync, probe)
+    finally:
+        probe.stop()
+
+
+def _run_repeats(
+    device: Device,
+    meter: Meter,
+    run: Callable[[], object],
+    pol: RepeatPolicy,
+    sync: Callable[[], object] | None,
+    probe: DeviceStateProbe,
+) -> CellRuns:
+    """:func:`run_repeats` with its device-state probe started."""
     wait = sync if sync is not None else device.synchronize
     started = _utc_now()
     min_window = pol.min_window_s if pol.min_window_s is not None else 10 * meter.sensor_period_s
@@ -222,13 +443,19 @@ def run_repeats(
     k = max(1, math.ceil(min_window / single)) if single > 0 else 1
     k = min(k, pol.max_inner_repeats)
 
-    def one_window() -> tuple[float, float]:
+    def edge() -> dict[str, Any]:
+        # Outside the window's marks: the readings cost NVML calls, not window time.
+        return probe.sample() if probe.active else {}
+
+    def one_window() -> tuple[float, float, tuple[dict[str, Any], dict[str, Any]]]:
         wait()
+        before = edge()
         a = meter.mark()
         for _ in range(k):
             run()
         wait()
-        return a, meter.mark()
+        b = meter.mark()
+        return a, b, (before, edge())
 
     for _ in range(pol.warmup - 1):
         one_window()
@@ -248,13 +475,15 @@ def run_repeats(
             run()
 
     marks: list[tuple[float, float]] = []
+    edges: list[tuple[dict[str, Any], dict[str, Any]]] = []
     measured = 0.0
     budget = False
     while True:
         if pol.cooldown_s > 0 and marks:
             device.clock.sleep(pol.cooldown_s)
-        a, b = one_window()
+        a, b, ends = one_window()
         marks.append((a, b))
+        edges.append(ends)
         measured += b - a
         if len(marks) >= pol.min_runs and measured >= pol.min_time_s:
             break
@@ -263,6 +492,11 @@ def run_repeats(
             break
 
     windows = tuple(meter.energy(a, b) for a, b in marks)
+    states = (
+        tuple(probe.window(a, b, ends) for (a, b), ends in zip(marks, edges, strict=True))
+        if probe.active
+        else ()
+    )
     return CellRuns(
         time_s=np.array([w.duration_s / k for w in windows]),
         energy_j=np.array([w.energy_j / k for w in windows]),
@@ -274,6 +508,9 @@ def run_repeats(
         finished_at=_utc_now(),
         meter=meter.describe(),
         single_times_s=np.array(singles if k > 1 else []),
+        states=states,
+        state_readable=probe.readable,
+        state_errors=dict(probe.errors),
     )
 
 
@@ -358,6 +595,160 @@ def _quality_flags(runs: CellRuns, pol: RepeatPolicy, sensor_period_s: float) ->
     return flags
 
 
+def _clock_tolerance_mhz(requested: float) -> float:
+    return max(_CLOCK_STEP_MHZ, _CLOCK_REL * requested)
+
+
+def _window_list(indices: Sequence[int]) -> str:
+    shown = ", ".join(str(i) for i in indices[:8])
+    return shown + (f" … ({len(indices)} in all)" if len(indices) > 8 else "")
+
+
+def _clock_flag(
+    code: str, what: str, requested: float | None, observed: Sequence[float | None],
+    reasons: Sequence[tuple[str, ...] | None],
+) -> dict[str, Any] | None:  # fmt: skip
+    """A flag when a locked clock's mean differs from the lock in any window."""
+    if requested is None:
+        return None
+    tol = _clock_tolerance_mhz(requested)
+    off = [i for i, f in enumerate(observed) if f is not None and abs(f - requested) > tol]
+    if not off:
+        return None
+    values = [f for f in observed if f is not None and abs(f - requested) > tol]
+    seen = sorted({r for i in off for r in (reasons[i] or ())} - {"gpu_idle"})
+    why = f" (clocks-event reasons: {', '.join(seen)})" if seen else ""
+    lo, hi = min(values), max(values)
+    span = f"{lo:.0f} MHz" if abs(hi - lo) < 0.5 else f"{lo:.0f}–{hi:.0f} MHz"
+    return _flag(
+        code,
+        f"the {what} clock averaged {span} in {len(off)} of {len(observed)} windows "
+        f"(windows {_window_list(off)}), not the requested {requested:g} MHz{why}; the "
+        "cell's time and energy are those of the clock the GPU ran at, not of the one its "
+        "operating point names",
+        requested_mhz=requested,
+        windows=off,
+        observed_mhz=values,
+        reasons=seen,
+    )
+
+
+def _state_flags(
+    runs: CellRuns, op_point: OperatingPoint | None, static: StaticPower
+) -> list[dict[str, Any]]:
+    """What the device ran at against the request, slowdowns, and meter gaps."""
+    flags: list[dict[str, Any]] = []
+    states = runs.states
+    reasons = [s.clocks_event_reasons for s in states]
+    if op_point is not None and states:
+        for code, what, requested, observed in (
+            ("sm_clock_off_request", "SM", op_point.sm_clock_mhz,
+             [s.sm_clock_mhz for s in states]),
+            ("mem_clock_off_request", "memory", op_point.mem_clock_mhz,
+             [s.mem_clock_mhz for s in states]),
+        ):  # fmt: skip
+            flag = _clock_flag(code, what, requested, observed, reasons)
+            if flag is not None:
+                flags.append(flag)
+        limit = op_point.power_limit_w
+        enforced = [s.enforced_power_limit_w for s in states]
+        off = [
+            i
+            for i, e in enumerate(enforced)
+            if limit is not None and e is not None and abs(e - limit) > _LIMIT_TOLERANCE_W
+        ]
+        if off:
+            values = sorted({enforced[i] for i in off})  # type: ignore[type-var]
+            flags.append(
+                _flag(
+                    "power_limit_not_enforced",
+                    f"the GPU enforced a power limit of "
+                    f"{', '.join(f'{v:g}' for v in values)} W in {len(off)} of "
+                    f"{len(states)} windows, not the {limit:g} W this cell records: another "
+                    "limit (another tool's, the BMC's or a system power cap) won",
+                    requested_w=limit,
+                    windows=off,
+                    enforced_w=values,
+                )
+            )
+    slow = [i for i, r in enumerate(reasons) if r and SLOWDOWN_REASONS.intersection(r)]
+    if slow:
+        seen = sorted({x for i in slow for x in reasons[i] or ()} & SLOWDOWN_REASONS)
+        flags.append(
+            _flag(
+                "throttled",
+                f"the GPU slowed itself down ({', '.join(seen)}) in {len(slow)} of "
+                f"{len(states)} windows (windows {_window_list(slow)}): heat or the board's "
+                "protection, not the requested setting, shaped these runs",
+                windows=slow,
+                reasons=seen,
+            )
+        )
+    gapped = [i for i, w in enumerate(runs.windows) if w.gap_s > 0]
+    static_gap = static.window.gap_s
+    if gapped or static_gap > 0:
+        total = sum(runs.windows[i].gap_s for i in gapped)
+        parts = []
+        if gapped:
+            parts.append(
+                f"{total:.3g} s of {len(gapped)} of {len(runs.windows)} windows "
+                f"(windows {_window_list(gapped)})"
+            )
+        if static_gap > 0:
+            parts.append(f"{static_gap:.3g} s of the static-power window")
+        flags.append(
+            _flag(
+                "meter_gap",
+                f"the meter's readings failed for {' and '.join(parts)}; the energy there "
+                "is interpolated and its uncertainty is in energy_error_j",
+                windows=gapped,
+                gap_s=total,
+                static_gap_s=static_gap,
+            )
+        )
+    return flags
+
+
+def _state_meta(runs: CellRuns) -> dict[str, Any]:
+    """``meta["device_state"]``: the cell's readings summarized (None: not readable)."""
+    states = runs.states
+
+    def present(values: list[float | None]) -> list[float]:
+        return [v for v in values if v is not None]
+
+    sm = present([s.sm_clock_mhz for s in states])
+    mem = present([s.mem_clock_mhz for s in states])
+    limits = present([s.enforced_power_limit_w for s in states])
+    seen = [s.clocks_event_reasons for s in states if s.clocks_event_reasons is not None]
+    return {
+        "read": list(runs.state_readable),
+        "sm_clock_mhz": sum(sm) / len(sm) if sm else None,
+        "sm_clock_mhz_range": [min(sm), max(sm)] if sm else None,
+        "mem_clock_mhz": sum(mem) / len(mem) if mem else None,
+        "enforced_power_limit_w": min(limits) if limits else None,
+        "clocks_event_reasons": sorted(set().union(*seen)) if seen else None,
+        **({"read_errors": dict(runs.state_errors)} if runs.state_errors else {}),
+    }
+
+
+def _runs_meta(runs: CellRuns) -> dict[str, Any]:
+    """``meta["runs"]``: one entry per measured window in every list."""
+    out: dict[str, Any] = {
+        "time_s": runs.time_s.tolist(),
+        "energy_j": runs.energy_j.tolist(),
+        "gap_s": [w.gap_s for w in runs.windows],
+    }
+    if runs.states:
+        out["sm_clock_mhz"] = [s.sm_clock_mhz for s in runs.states]
+        out["mem_clock_mhz"] = [s.mem_clock_mhz for s in runs.states]
+        out["clocks_event_reasons"] = [
+            list(s.clocks_event_reasons) if s.clocks_event_reasons is not None else None
+            for s in runs.states
+        ]
+        out["enforced_power_limit_w"] = [s.enforced_power_limit_w for s in runs.states]
+    return out
+
+
 def _single_run_variances(
     runs: CellRuns, t_sum: Summary, e_sum: Summary
 ) -> tuple[float, float, dict[str, Any]]:
@@ -421,8 +812,16 @@ def signature_from_runs(
     :func:`_single_run_variances` (the plain sample variances when ``k = 1``). A negative
     raw ``d`` (static power measured above the kernel's mean power, e.g. sensor noise on a
     tiny kernel) is clamped to 0 and flagged.
+
+    ``meta`` holds the meter's description (method, ``power_field``, ``sensor_period_s``,
+    ``counter_period_s`` …; ``gap_s`` and ``gap_windows`` are this cell's: seconds of its
+    windows in meter gaps, and how many windows), per-window lists in ``runs`` (time,
+    energy, gap, and where the device offers them SM and memory clock, clocks-event
+    reasons and enforced power limit), their summary in ``device_state``, and the
+    :data:`STATE_FLAGS` comparing them with ``op_point``.
     """
     pol = policy or RepeatPolicy()
+    point = op_point if op_point is not None else device.current_operating_point()
     k = runs.inner_repeats
     t_sum: Summary = summarize(runs.time_s, pol.confidence, pol.n_boot, pol.seed)
     e_sum: Summary = summarize(runs.energy_j, pol.confidence, pol.n_boot, pol.seed + 2)
@@ -437,10 +836,16 @@ def signature_from_runs(
                 raw_dynamic_energy_j=raw_d,
             )
         )
+    flags.extend(_state_flags(runs, point, static))
     error_j = float(np.mean([w.error_j for w in runs.windows])) / k
     var_time, var_energy, variance = _single_run_variances(runs, t_sum, e_sum)
+    # The meter outlives the cell (a sweep keeps one open): its gap totals are its whole
+    # life's, so the cell records its own.
+    meter_meta = {k_: v for k_, v in runs.meter.items() if k_ not in ("gaps", "gap_s")}
     meta: dict[str, Any] = {
-        **runs.meter,
+        **meter_meta,
+        "gap_s": sum(w.gap_s for w in runs.windows),
+        "gap_windows": sum(1 for w in runs.windows if w.gap_s > 0),
         "backend": backend if backend is not None else getattr(device, "backend", None),
         "device_model": getattr(device, "model", None),
         "n": t_sum.n,
@@ -455,7 +860,8 @@ def signature_from_runs(
         "energy_error_j": error_j,
         "static": static.to_meta(),
         "raw_dynamic_energy_j": raw_d,
-        "runs": {"time_s": runs.time_s.tolist(), "energy_j": runs.energy_j.tolist()},
+        "runs": _runs_meta(runs),
+        "device_state": _state_meta(runs),
         "variance": variance,
         "flags": flags,
         "started_at": runs.started_at,
@@ -475,7 +881,7 @@ def signature_from_runs(
         devices=(device.name,),
         workload=dict(workload or {}),
         impl=impl,
-        op_point=op_point if op_point is not None else device.current_operating_point(),
+        op_point=point,
         meta=meta,
     )
 

@@ -92,7 +92,9 @@ def _one_line_error(status: int, output: str, message: str) -> None:
         (["--min-runs", "0"], "--min-runs 0: expected a whole number ≥ 1"),
         (["--max-runs", "1e9"], "--max-runs 1e9: expected a whole number ≥ 1 and ≤ 10000"),
         (["--seed", "-1"], "--seed -1: expected a whole number ≥ 0 and ≤ 4294967295"),
-        (["--gpu", "x"], "--gpu 'x': expected a whole number ≥ 0"),
+        (["--gpu", "x"], "--gpu x: the simulated GPU takes an index (0, cuda:1)"),
+        (["--gpu", "GPU-8f2c"], "--gpu GPU-8f2c: the simulated GPU takes an index"),
+        (["--gpu", "-1"], "--gpu -1: the simulated GPU takes an index"),
         (["--clocks", "nan"], "values must be finite numbers"),
         (["--clocks", "1410:inf:15"], "values must be finite numbers"),
         (["--clocks", "1415"], "does not support SM clock 1415 MHz (nearest 1410)"),
@@ -126,6 +128,16 @@ def test_bad_sweep_arguments_are_one_line_errors(tmp_path, capsys, never_measure
 def test_bad_kernels_are_one_line_errors(tmp_path, capsys, never_measure, args, message):
     out = tmp_path / "x.jsonl"
     _one_line_error(*_eopt(["sweep", *args, "-o", str(out)], capsys), message)
+
+
+def test_a_gpu_uuid_without_nvidia_gpus_is_one_line(tmp_path, capsys, never_measure, monkeypatch):
+    """--gpu took only integers; a UUID on a machine without NVIDIA GPUs says why it cannot
+    be matched (rather than measuring the simulated GPU 0 in its place)."""
+    monkeypatch.setattr("eopt.devices.nvml.device_count", lambda raise_errors=False: 0)
+    out = tmp_path / "x.jsonl"
+    args = ["sweep", "math:sqrt", "--gpu", "GPU-8f2c", "-o", str(out)]
+    _one_line_error(*_eopt(args, capsys), "NVML sees no NVIDIA GPU here")
+    assert not out.exists()
 
 
 # Values that would allocate without bound, under a memory and CPU limit ---------------------

@@ -99,17 +99,76 @@ def test_rapl_asked_for_but_absent_says_what_to_do(tmp_path, monkeypatch) -> Non
     assert "no RAPL zones" in text and "--backend nvml" in text and "Traceback" not in text
 
 
+def _inventory(n: int = 3) -> list:
+    from eopt.devices.gpu_select import GpuInfo
+
+    return [
+        GpuInfo(i, f"GPU-{i}-fake", f"00000000:{7 + i:02X}:00.0", "NVIDIA A100") for i in range(n)
+    ]
+
+
 def test_gpus_selection_is_checked() -> None:
-    assert measure_cli.parse_gpus("all", 3) == [0, 1, 2]
-    assert measure_cli.parse_gpus("2,0", 3) == [2, 0]
+    gpus = _inventory()
+    assert measure_cli.parse_gpus("all", gpus, env={}) == [0, 1, 2]
+    assert measure_cli.parse_gpus(None, gpus, env={}) == [0, 1, 2]
+    assert measure_cli.parse_gpus("2,0", gpus, env={}) == [2, 0]
     for bad, message in (
-        ("0,0", "twice"),
-        ("-1", "does not exist"),
-        ("3", "does not exist"),
-        ("a", "indices like 0,1"),
+        ("0,0", "listed already"),
+        ("0,GPU-0-fake", "listed already"),  # one GPU under two names
+        ("-1", "give a CUDA ordinal"),
+        ("3", "sees 3"),
+        ("a", "give a CUDA ordinal"),
+        ("0,", "an empty entry"),
     ):
         with pytest.raises(measure_cli.UserError, match=message):
-            measure_cli.parse_gpus(bad, 3)
+            measure_cli.parse_gpus(bad, gpus, env={})
+
+
+def test_gpus_are_named_as_cuda_and_every_tool_names_them() -> None:
+    """--gpus took NVML indices only; a plain integer now means what CUDA in this process
+    means by it, and UUIDs (or unique prefixes), PCI bus ids and nvml:N name one GPU."""
+    gpus = _inventory()
+    masked = {"CUDA_VISIBLE_DEVICES": "2,0"}
+    assert measure_cli.parse_gpus("0,1", gpus, env=masked) == [2, 0]
+    assert measure_cli.parse_gpus("GPU-1-fake,0000:09:00.0,nvml:0", gpus, env={}) == [1, 2, 0]
+    assert measure_cli.parse_gpus("GPU-1", gpus, env={}) == [1]
+    # all: the GPUs CUDA gives this process, not every GPU of the node (another job's).
+    assert measure_cli.parse_gpus("all", gpus, env=masked) == [2, 0]
+    assert measure_cli.parse_gpus(None, gpus, env={"CUDA_VISIBLE_DEVICES": ""}) == []
+    with pytest.raises(measure_cli.UserError, match="gives this process no GPU"):
+        measure_cli.parse_gpus("all", gpus, env={"CUDA_VISIBLE_DEVICES": ""})
+    with pytest.raises(measure_cli.UserError, match="sees 2"):
+        measure_cli.parse_gpus("2", gpus, env=masked)
+
+
+def test_measure_gpu_opens_the_gpu_this_process_calls_cuda_0(monkeypatch, nvml_fake_module):
+    """`eopt measure --gpu 0` under CUDA_VISIBLE_DEVICES=2,1 watched NVML GPU 0, another
+    job's GPU; now it watches GPU 2, and --gpu takes UUIDs, PCI bus ids and nvml:N."""
+    m = nvml_fake_module
+    gpus = [
+        m.FakeGpu(uuid=f"GPU-{i}-fake", pci_bus_id=f"00000000:{7 + i:02X}:00.0") for i in range(3)
+    ]
+    monkeypatch.setattr("eopt.devices.nvml.pynvml", m.FakePynvml(gpus))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,1")
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+
+    def index(spec: str) -> int:
+        return measure_cli.open_measure_device("auto", spec).index
+
+    assert index("0") == 2 and index("cuda:1") == 1
+    assert index("GPU-0-fake") == 0 and index("00000000:07:00.0") == 0 and index("nvml:0") == 0
+    with pytest.raises(measure_cli.UserError, match="--gpu: GPU cuda:2"):
+        index("2")
+    watched = measure_cli.open_measure_gpus("all", "nvml")
+    assert [g.index for g in watched] == [2, 1]
+    assert [g.index for g in measure_cli.open_measure_gpus("GPU-0-fake,1", "nvml")] == [0, 1]
+
+
+def test_a_uuid_without_a_gpu_is_refused_in_one_line(monkeypatch) -> None:
+    monkeypatch.setattr("eopt.devices.nvml.device_count", lambda raise_errors=False: 0)
+    with pytest.raises(measure_cli.UserError, match="NVML sees no NVIDIA GPU here"):
+        measure_cli.open_measure_device("auto", "GPU-0-fake")
+    assert measure_cli.open_measure_device("auto", "cuda:1").index == 1  # the simulator
 
 
 class WallCounter:

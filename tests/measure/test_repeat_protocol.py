@@ -200,3 +200,130 @@ def test_a_tiny_kernel_is_capped_at_max_inner_repeats_and_flagged() -> None:
     assert sig.meta["inner_repeats"] == 500
     assert "inner_repeats_capped" in [f["code"] for f in sig.meta["flags"]]
     assert sig.time == pytest.approx(5e-6, rel=0.05)
+
+
+# --- what the device ran at, per window (the "Ready for real GPUs" readback) ---------------
+def _reporting(gpu, state: dict) -> None:
+    """Give a fake GPU the readings an NVML GPU offers, read from ``state`` at call time."""
+    gpu.sm_clock_mhz = lambda: state["sm"]
+    gpu.clocks_event_reasons = lambda: frozenset(state["reasons"])
+    gpu.enforced_power_limit_w = lambda: state["limit"]
+
+
+def test_what_the_gpu_ran_at_is_recorded_per_window_and_compared_with_the_request(fake_gpu):
+    """The cell asks for 1410 MHz at 300 W. Another limit caps the GPU at 250 W all along,
+    and from the 800th call the clock falls to 1200 MHz under it. Before the fix the cell
+    recorded eopt's own request as its "readback" and flagged neither."""
+    gpu = fake_gpu()  # current operating point: 1410 MHz, 300 W
+    state = {"sm": 1410.0, "reasons": set(), "limit": 250.0}
+    _reporting(gpu, state)
+    calls = {"n": 0}
+
+    def kernel() -> None:
+        calls["n"] += 1
+        if calls["n"] >= 800:
+            state["sm"], state["reasons"] = 1200.0, {"sw_power_cap"}
+        gpu.busy(0.01, 200.0)
+
+    policy = RepeatPolicy(warmup=1, min_runs=10, min_time_s=0.0, settle_s=0.1, n_boot=100)
+    with Meter(gpu) as meter:
+        sig = measure_signature("k", kernel, gpu, meter, policy=policy)
+    runs = sig.meta["runs"]
+    n = sig.meta["n"]
+    assert len(runs["sm_clock_mhz"]) == len(runs["enforced_power_limit_w"]) == n
+    # 100 calls a window, after 101 of calibration and warm-up: windows 0–5 at 1410 MHz,
+    # window 6 straddles the change, 7–9 at 1200 MHz.
+    assert runs["sm_clock_mhz"][:6] == [1410.0] * 6
+    assert runs["sm_clock_mhz"][7:] == [1200.0] * 3
+    assert runs["clocks_event_reasons"][0] == [] and runs["clocks_event_reasons"][-1] == [
+        "sw_power_cap"
+    ]
+    assert runs["enforced_power_limit_w"] == [250.0] * n
+    flags = {f["code"]: f for f in sig.meta["flags"]}
+    clock = flags["sm_clock_off_request"]
+    assert clock["requested_mhz"] == 1410.0 and clock["windows"][-3:] == [7, 8, 9]
+    assert 0 not in clock["windows"] and clock["reasons"] == ["sw_power_cap"]
+    limit = flags["power_limit_not_enforced"]
+    assert limit["requested_w"] == 300.0 and limit["enforced_w"] == [250.0]
+    assert "throttled" not in flags  # a power cap is the limit at work, not a slowdown
+    state_meta = sig.meta["device_state"]
+    assert state_meta["enforced_power_limit_w"] == 250.0
+    assert state_meta["sm_clock_mhz_range"] == [1200.0, 1410.0]
+    assert "op_point_readback" not in sig.meta
+
+
+def test_a_gpu_that_holds_its_setting_is_not_flagged_and_a_thermal_slowdown_is(fake_gpu):
+    gpu = fake_gpu()
+    state = {"sm": 1410.0, "reasons": {"applications_clocks_setting"}, "limit": 300.0}
+    _reporting(gpu, state)
+    policy = RepeatPolicy(warmup=1, min_runs=4, min_time_s=0.0, settle_s=0.1, n_boot=100)
+    with Meter(gpu) as meter:
+        steady = measure_signature("k", lambda: gpu.busy(0.01, 200.0), gpu, meter, policy=policy)
+        state["reasons"] = {"hw_thermal_slowdown", "gpu_idle"}
+        hot = measure_signature("k", lambda: gpu.busy(0.01, 200.0), gpu, meter, policy=policy)
+    assert steady.meta["flags"] == []
+    assert steady.meta["device_state"]["sm_clock_mhz"] == 1410.0
+    throttled = next(f for f in hot.meta["flags"] if f["code"] == "throttled")
+    assert throttled["reasons"] == ["hw_thermal_slowdown"]
+    assert throttled["windows"] == [0, 1, 2, 3]
+
+
+def test_readings_that_fail_never_fail_the_measurement(fake_gpu):
+    from eopt.devices.base import DeviceError, SensorReadError
+
+    gpu = fake_gpu()
+    reads = {"n": 0}
+
+    def flaky_reasons() -> frozenset[str]:
+        reads["n"] += 1
+        if reads["n"] % 2:
+            raise SensorReadError("busy driver")
+        return frozenset()
+
+    def refused() -> float:
+        raise DeviceError("reading the SM clock: no permission")
+
+    gpu.clocks_event_reasons = flaky_reasons
+    gpu.sm_clock_mhz = refused
+    with Meter(gpu) as meter:
+        sig = measure_signature("k", lambda: gpu.busy(0.01, 200.0), gpu, meter, policy=FAST)
+    state = sig.meta["device_state"]
+    assert state["read"] == ["sm_clock_mhz", "clocks_event_reasons"]
+    assert "no permission" in state["read_errors"]["sm_clock_mhz"]
+    assert state["sm_clock_mhz"] is None and state["clocks_event_reasons"] == []
+    assert sig.meta["flags"] == []
+
+
+def test_windows_in_a_meter_gap_are_flagged_per_cell(fake_gpu):
+    """Counter reads fail for 0.3 s in the first cell: its windows there carry gap_s and
+    the cell is flagged. The second cell, on the same meter, had no gap. Before the fix no
+    cell was flagged, and every later cell inherited the meter's lifetime gap total."""
+    from eopt.devices.base import SensorReadError
+
+    gpu = fake_gpu()
+    failing = {"on": False}
+    counter = gpu.energy_counter_j
+
+    def energy_counter_j() -> float | None:
+        if failing["on"]:
+            raise SensorReadError("read timed out")
+        return counter()
+
+    gpu.energy_counter_j = energy_counter_j
+    calls = {"n": 0}
+
+    def kernel() -> None:
+        calls["n"] += 1
+        failing["on"] = 500 <= calls["n"] < 530
+        gpu.busy(0.01, 200.0)
+
+    with Meter(gpu, method="counter") as meter:
+        gapped = measure_signature("k", kernel, gpu, meter, policy=FAST)
+        clean = measure_signature("k", lambda: gpu.busy(0.01, 200.0), gpu, meter, policy=FAST)
+    flag = next(f for f in gapped.meta["flags"] if f["code"] == "meter_gap")
+    assert flag["windows"] and flag["gap_s"] == pytest.approx(0.3, abs=0.05)
+    assert gapped.meta["gap_s"] == pytest.approx(flag["gap_s"])
+    assert sum(gapped.meta["runs"]["gap_s"]) == pytest.approx(flag["gap_s"])
+    assert gapped.meta["gap_windows"] == len(flag["windows"])
+    assert "meter_gap" not in {f["code"] for f in clean.meta["flags"]}
+    assert clean.meta["gap_s"] == 0.0 and "gaps" not in clean.meta

@@ -1,11 +1,16 @@
-"""A wall-clock fake GPU: real time, scripted power, an exact energy counter."""
+"""A wall-clock fake GPU: real time, scripted power, an exact energy counter; and the
+stateful fake ``pynvml`` of the device tests, for sweeps through eopt's own NVML layer."""
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -91,3 +96,16 @@ class WallGPU:
 @pytest.fixture
 def wall_gpu() -> WallGPU:
     return WallGPU()
+
+
+@pytest.fixture(scope="session")
+def nvml_fake_module() -> Any:
+    """The stateful ``pynvml`` fake of tests/devices/conftest.py (``FakeGpu``,
+    ``FakePynvml``, ``FakeTime``), to patch in as ``eopt.devices.nvml.pynvml``."""
+    path = Path(__file__).resolve().parents[1] / "devices" / "conftest.py"
+    spec = importlib.util.spec_from_file_location("sweep_devices_fake_nvml", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
