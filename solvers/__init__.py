@@ -3,7 +3,9 @@
 A standalone package: tasks with alternative modes (duration, energy) on devices,
 precedence edges, per-device idle power. It finds the assignment that spends the least
 energy with the makespan under a deadline (`solve`), the whole time–energy frontier
-(`frontier`), and evaluates given assignments exactly (`evaluate`).
+(`frontier`), and evaluates given assignments exactly (`evaluate`). A solve stops at its
+time limit, or earlier by a `StopRule` (a small enough certified gap, a stall), or on
+Ctrl-C with the best plan found; `Solution.stop_reason` says which.
 
 Energy accounting (devices held until the horizon H — the makespan, or the deadline):
 
@@ -15,8 +17,10 @@ from solvers.frontier import frontier, pareto_filter
 from solvers.problem import Mode, Problem, Task
 from solvers.solution import Solution
 from solvers.solve import evaluate, fastest_makespan, solve
+from solvers.stopping import RUN_TO_LIMIT, StopRule
 
 __all__ = [
+    "RUN_TO_LIMIT",
     "CycleError",
     "InfeasibleDeadline",
     "Mode",
@@ -24,6 +28,7 @@ __all__ = [
     "ProblemError",
     "Solution",
     "SolverError",
+    "StopRule",
     "Task",
     "evaluate",
     "fastest_makespan",

@@ -19,25 +19,36 @@ import numpy as np
 from solvers.indexed import IndexedProblem, meets
 from solvers.lp import HullLP
 from solvers.milp import build_model, candidate_modes, solve_model
-from solvers.problem import Problem, Task
+from solvers.problem import Mode, Problem, Task
 from solvers.relax import relax_assign
+from solvers.stopping import Watch
 
 
 def _restricted(
     ip: IndexedProblem, allowed: Sequence[Sequence[int]], keep_transitions: bool
 ) -> tuple[IndexedProblem, list[list[int]]]:
-    """An uncoupled problem whose task i may use only the modes `allowed[i]`."""
+    """An uncoupled problem whose task i may use only the modes `allowed[i]`.
+
+    Built from `ip`'s arrays, so in `ip`'s units (see `IndexedProblem.rescaled`).
+    """
     p = ip.problem
     tasks = tuple(
-        Task(t.name, t.device, tuple(t.modes[k] for k in allowed[i]))
+        Task(
+            t.name,
+            t.device,
+            tuple(
+                Mode(float(ip.durations[i][k]), float(ip.energies[i][k]), setting=ip.settings[i][k])
+                for k in allowed[i]
+            ),
+        )
         for i, t in enumerate(ip.tasks)
     )
     sub = Problem(
         tasks=tasks,
         edges=p.edges,
-        idle_power=p.idle_power,
+        idle_power={dev: float(w) for dev, w in zip(ip.devices, ip.idle_w, strict=True)},
         groups=(),
-        transition=p.transition if keep_transitions else {},
+        transition=ip.transition_costs() if keep_transitions else {},
         hold=p.hold,
     )
     return IndexedProblem(sub), [list(a) for a in allowed]
@@ -89,9 +100,15 @@ def groups_consistent(ip: IndexedProblem, modes: Sequence[int]) -> bool:
 
 
 def local_search(
-    ip: IndexedProblem, modes: Sequence[int], deadline: float | None, time_limit: float
+    ip: IndexedProblem,
+    modes: Sequence[int],
+    deadline: float | None,
+    time_limit: float,
+    watch: Watch | None = None,
 ) -> list[int]:
-    """First-improvement search over single-task and whole-group moves, exact evaluation."""
+    """First-improvement search over single-task and whole-group moves, exact evaluation.
+
+    `watch` (optional) receives every cheaper plan and can end the search early."""
     t0 = time.perf_counter()
     best = list(modes)
     best_e = ip.evaluate(best, deadline).energy
@@ -125,12 +142,16 @@ def local_search(
         for m in moves:
             if time.perf_counter() - t0 > time_limit:
                 break
+            if watch is not None and watch.should_stop():
+                return best
             if not groups_consistent(ip, m):
                 continue
             ev = ip.evaluate(m, deadline)
             if meets(ev.makespan, deadline) and ev.energy < best_e - 1e-12 * max(1.0, abs(best_e)):
                 best, best_e = m, ev.energy
                 improved = True
+                if watch is not None:
+                    watch.offer(best_e, best)
     return best
 
 
@@ -140,6 +161,7 @@ def relax_coupled(
     fallback: Sequence[int],
     *,
     time_limit: float = 60.0,
+    watch: Watch | None = None,
 ) -> tuple[list[int], float]:
     """Relax method for coupled problems.
 
@@ -148,6 +170,7 @@ def relax_coupled(
         deadline: s, or None.
         fallback: a feasible assignment (e.g. the fastest plan).
         time_limit: s.
+        watch: receives the bound and every cheaper plan; can end the search early.
 
     Returns:
         (modes, bound): the best feasible plan found and the LP relaxation bound, J.
@@ -195,7 +218,12 @@ def relax_coupled(
     feasible.sort(key=lambda em: em[0])
     best = feasible[0][1] if feasible else list(fallback)
     left = max(0.0, time_limit - (time.perf_counter() - t0))
-    best = local_search(ip, best, deadline, left)
+    if watch is not None:
+        watch.offer_bound(bound)
+        if feasible:
+            watch.offer(feasible[0][0], best)
+        watch.arm()  # the local search only improves a finished plan
+    best = local_search(ip, best, deadline, left, watch=watch)
     return best, bound
 
 

@@ -7,6 +7,8 @@ without a traceback.
 
 from __future__ import annotations
 
+import decimal
+import math
 from collections.abc import Sequence
 
 
@@ -31,6 +33,31 @@ class CycleError(ProblemError):
         super().__init__(f"precedence edges form a cycle: {path}; remove one of these edges")
 
 
+#: Relative slack below the fastest makespan that advice may round up from: a tenth of
+#: the tolerance within which a deadline counts as met (`solvers.indexed.meets`).
+ADVICE_RTOL = 1e-10
+
+
+def round_up(value: float, digits: int = 6) -> str:
+    """`value` with `digits` significant digits, rounded up (toward +inf).
+
+    Advice such as "ask for a deadline of at least X s" must hold when followed: X
+    rounded to nearest can fall below the value it stands for, and the deadline asked
+    for is refused again.
+
+    Example:
+        >>> round_up(0.00200049999), round_up(2.5), round_up(1234567.0)
+        ('0.0020005', '2.5', '1.23457e+06')
+    """
+    if not math.isfinite(value):
+        return repr(value)
+    # Decimal(value) is the double's exact value, so the ceiling is never below it;
+    # and the nearest double to a decimal at or above a double is at or above it too.
+    exact = decimal.Decimal(value)
+    up = decimal.Context(prec=digits, rounding=decimal.ROUND_CEILING).plus(exact)
+    return f"{float(up):.{digits}g}"
+
+
 class InfeasibleDeadline(SolverError, ValueError):  # noqa: N818 (name fixed by the API)
     """No assignment of modes meets the deadline.
 
@@ -42,10 +69,18 @@ class InfeasibleDeadline(SolverError, ValueError):  # noqa: N818 (name fixed by 
     def __init__(self, deadline: float, fastest_makespan: float) -> None:
         self.deadline = float(deadline)
         self.fastest_makespan = float(fastest_makespan)
+        # Deadlines are met up to a relative 1e-9 (`solvers.indexed.meets`): rounding
+        # up from just inside that keeps float noise (0.30000000000000004) from
+        # printing as 0.300001.
+        advised = self.fastest_makespan * (1 - ADVICE_RTOL)
+        fastest = round_up(advised)
+        # Enough digits that the deadline does not read as the fastest makespan.
+        digits = 6
+        while f"{self.deadline:.{digits}g}" == round_up(advised, digits) and digits < 17:
+            digits += 1
         super().__init__(
-            f"deadline {self.deadline:.6g} s is below the fastest achievable makespan "
-            f"{self.fastest_makespan:.6g} s; ask for a deadline of at least "
-            f"{self.fastest_makespan:.6g} s"
+            f"deadline {self.deadline:.{digits}g} s is below the fastest achievable makespan "
+            f"{fastest} s; ask for a deadline of at least {fastest} s"
         )
 
 

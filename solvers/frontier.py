@@ -2,29 +2,56 @@
 
 Each point is a plan solved at one deadline and evaluated with its real durations; the
 points are Pareto-filtered (makespan rising, energy falling). Deadlines start on an even
-grid; where filtering leaves too few points, the widest makespan gaps are bisected. For
-problems without groups or transition costs the hull LP is built once and re-solved
-warm at every deadline.
+grid; while fewer points than asked are kept, the widest makespan gaps between kept
+points are searched: first at their middle, then just below their slower end (the
+slowest plan faster than that end, which is a new point whenever one exists in the
+gap), until the count is reached or every gap is known to hold no plan. For problems
+without groups or transition costs the hull LP is built once and re-solved warm at every
+deadline.
+
+Small problems (at most `EXACT_COLUMNS` Pareto modes in all) are solved exactly at every
+deadline, by the MILP as well as by the LP rounding: a point is then the optimum at its
+own makespan, and a gap found empty holds no plan. (With the LP rounding alone, points
+on random 9-task DAGs sat up to 23 % above the optimum at their makespan, and frontiers
+ended with fewer points than there were Pareto plans.)
 
 Accounting: a frontier compares plans by their own makespan, so devices are held to the
 makespan (``hold="deadline"`` gives the same energy when the deadline is the makespan).
+Every model works on the scaled problem (`solvers.solve.scaled`).
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
 
 from solvers.exceptions import ProblemError
 from solvers.indexed import indexed, meets
+from solvers.lns import WindowMIP
 from solvers.lp import HullLP
+from solvers.milp import candidate_modes
 from solvers.problem import Problem
 from solvers.relax import relax_once
-from solvers.solution import Solution, build_solution
-from solvers.solve import METHODS, _relax, fastest_plan, solve
+from solvers.solution import Solution, build_solution, relative_gap
+from solvers.solve import METHODS, _relax, fastest_plan, scaled, solve
+from solvers.stopping import RUN_TO_LIMIT
+
+#: Problems with at most this many Pareto modes in all (the exact model's binaries) are
+#: solved exactly at every frontier deadline: HiGHS solves such models in milliseconds.
+EXACT_COLUMNS = 200
+
+#: s, at most, of one exact solve of a frontier point (the point keeps the LP rounding's
+#: plan when HiGHS finds nothing better by then).
+EXACT_POINT_S = 1.0
+
+#: Relative step below a kept point's makespan where the next slower plan is looked
+#: for: ten times the solvers' feasibility tolerance, so that the point itself does not
+#: count as meeting the deadline.
+BELOW = 1e-6
 
 
 def pareto_filter(solutions: list[Solution]) -> list[Solution]:
@@ -51,8 +78,10 @@ def frontier(
 
     Args:
         problem: the problem.
-        num_points: points wanted (at least; fewer only when fewer distinct Pareto
-            plans exist between the two ends).
+        num_points: points wanted (at least; fewer only when the search finds no more
+            distinct Pareto plans between the two ends, or after solving four times as
+            many deadlines; small problems are searched exactly, so fewer means fewer
+            exist).
         method: ``"relax"``, ``"milp"`` or ``"auto"``, as in `solve`.
         time_limit_per_point: s per deadline.
 
@@ -70,50 +99,89 @@ def frontier(
         raise ProblemError(f"num_points must be an integer >= 2, got {num_points!r}")
     if problem.hold != "makespan":
         problem = replace(problem, hold="makespan")
-    ip = indexed(problem)
-    t_fast, fast = fastest_plan(ip)
+    original = indexed(problem)
+    t_fast, fast = fastest_plan(original)
+    ip = scaled(original)
+    time_unit, energy_unit = ip.time_unit, ip.energy_unit
     lp = None if ip.coupled or method != "relax" else HullLP(ip)
+    small = sum(len(m) for m in candidate_modes(ip)) <= EXACT_COLUMNS
+    window = WindowMIP(ip, None) if small and not ip.coupled and method != "milp" else None
+    exact_s = min(EXACT_POINT_S, time_limit_per_point)
+
+    def wrap(
+        modes: list[int], deadline: float | None, bound: float, solver: str, t0: float
+    ) -> Solution:
+        """A frontier point: `modes` evaluated in s and J; `bound` in scaled units."""
+        return build_solution(
+            original,
+            modes,
+            deadline,
+            status="feasible",
+            lower_bound=bound * energy_unit,
+            solver=solver,
+            method=method,
+            wall_time_s=time.perf_counter() - t0,
+        )
+
+    def solved(deadline: float | None) -> Solution:
+        """`solve` at one deadline, searching to its limit (no early stop: a frontier
+        point is worth its whole time)."""
+        limit = exact_s if small and method != "milp" else time_limit_per_point
+        exact = "milp" if small else method
+        sol = solve(problem, deadline, method=exact, time_limit=limit, stop=RUN_TO_LIMIT)
+        if sol.status == "interrupted":
+            raise KeyboardInterrupt  # `solve` kept its plan; the frontier stops as a whole
+        return sol
+
+    def tightened(sol: Solution, deadline: float | None) -> Solution:
+        """On small uncoupled problems, `sol` or the exact MILP's plan, the cheaper, with
+        the better of the two bounds."""
+        if window is None:
+            return sol
+        t0 = time.perf_counter()
+        window.set_deadline(None if deadline is None else deadline / time_unit, gap=1e-9)
+        start = [sol.modes[name] for name in original.names]
+        modes = window.reoptimize(start, np.ones(ip.n, dtype=bool), exact_s)
+        # HiGHS's bound at this deadline (devices held to the makespan: no offset).
+        dual = float(window.highs.getInfo().mip_dual_bound) * energy_unit
+        bound = sol.lower_bound
+        if math.isfinite(dual):
+            bound = dual if math.isnan(bound) else max(bound, dual)
+        if modes is not None:
+            ev = original.evaluate(modes)
+            if meets(ev.makespan, deadline) and ev.energy < sol.energy:
+                return wrap(modes, deadline, bound / energy_unit, "HiGHS MILP", t0)
+        return replace(
+            sol,
+            lower_bound=min(bound, sol.energy),
+            gap=relative_gap(sol.energy, min(bound, sol.energy)),
+        )
 
     def at(deadline: float | None, start: Solution | None = None) -> Solution:
         """The plan at one deadline; `start` (a plan meeting it) seeds the search."""
         t0 = time.perf_counter()
         if lp is None:
-            return solve(problem, deadline, method=method, time_limit=time_limit_per_point)
-        seeds = [[start.modes[name] for name in ip.names]] if start is not None else []
-        res = relax_once(lp, deadline, seeds)
+            return tightened(solved(deadline), deadline)
+        seeds = [[start.modes[name] for name in original.names]] if start is not None else []
+        scaled_deadline = None if deadline is None else deadline / time_unit
+        res = relax_once(lp, scaled_deadline, seeds)
         if res is None:  # only at the fastest makespan, by float rounding in the LP
-            return solve(problem, deadline, method=method, time_limit=time_limit_per_point)
-        return build_solution(
-            ip,
-            res.modes,
-            deadline,
-            status="feasible",
-            lower_bound=res.bound,
-            solver="HiGHS LP + rounding",
-            method=method,
-            wall_time_s=time.perf_counter() - t0,
-        )
+            return tightened(solved(deadline), deadline)
+        sol = wrap(res.modes, deadline, res.bound, "HiGHS LP + rounding", t0)
+        return tightened(sol, deadline)
 
     def end(deadline: float | None) -> Solution:
         """A plan at an end of the frontier, with the full relax effort."""
         if lp is None:
-            return solve(problem, deadline, method=method, time_limit=time_limit_per_point)
+            return tightened(solved(deadline), deadline)
         t0 = time.perf_counter()
         # The ends get the full search: they anchor the sweep. The energy-minimizing
         # end runs until the search stalls (as `solve(problem, None)` does), so that
         # the frontier ends at the same plan.
         limit = time_limit_per_point if deadline is None else min(time_limit_per_point, 1.5)
-        modes, bound, solver = _relax(ip, deadline, fast, t_fast, limit, lp=lp)
-        return build_solution(
-            ip,
-            modes,
-            deadline,
-            status="feasible",
-            lower_bound=bound,
-            solver=solver,
-            method=method,
-            wall_time_s=time.perf_counter() - t0,
-        )
+        scaled_deadline = None if deadline is None else deadline / time_unit
+        modes, bound, solver = _relax(ip, scaled_deadline, fast, t_fast / time_unit, limit, lp=lp)
+        return tightened(wrap(modes, deadline, bound, solver, t0), deadline)
 
     cheapest = end(None)
     t_end = cheapest.makespan
@@ -123,25 +191,7 @@ def frontier(
         for d in np.linspace(t_fast, t_end, math.ceil(num_points * 1.3))[1:-1]:
             prev = at(float(d), prev)
             plans.append(prev)
-        for _ in range(50):
-            kept = pareto_filter(plans)
-            # Bounded work: at most four times the points asked for are solved.
-            if len(kept) >= num_points or len(plans) >= 4 * num_points:
-                break
-            spans = np.diff([s.makespan for s in kept])
-            if len(spans) == 0:
-                break
-            need = num_points - len(kept)
-            widest = np.argsort(spans)[::-1][: max(1, need)]
-            added = 0
-            for j in widest:
-                lo, hi = kept[j].makespan, kept[j + 1].makespan
-                if hi - lo <= 1e-9 * max(1.0, hi):
-                    continue
-                plans.append(at(0.5 * (lo + hi), kept[j]))
-                added += 1
-            if not added:
-                break
+        plans = _fill(plans, num_points, at)
     out = pareto_filter(plans)
     # Every point must meet its own deadline; the status reflects its gap.
     return [
@@ -149,3 +199,46 @@ def frontier(
         for s in out
         if meets(s.makespan, s.deadline)
     ]
+
+
+def _fill(
+    plans: list[Solution], num_points: int, at: Callable[[float, Solution], Solution]
+) -> list[Solution]:
+    """Search the gaps between kept points until `num_points` are kept.
+
+    A gap (lo, hi) between consecutive kept points is searched first at its middle
+    deadline, then just below `hi` (`BELOW`): the plan found there is the slowest one
+    faster than `hi`, so if it is no new point, the gap holds none (exactly so where
+    every deadline is solved exactly). Widest gaps first; at most four times the points
+    asked for are solved in all.
+    """
+    plans = list(plans)
+    tried: dict[tuple[float, float], int] = {}  # gap → searches done (0, 1, 2 = empty)
+    while len(plans) < 4 * num_points:
+        kept = pareto_filter(plans)
+        need = num_points - len(kept)
+        if need <= 0:
+            break
+        gaps = [
+            (kept[j + 1].makespan - kept[j].makespan, j)
+            for j in range(len(kept) - 1)
+            if tried.get((kept[j].makespan, kept[j + 1].makespan), 0) < 2
+            and kept[j + 1].makespan - kept[j].makespan > BELOW * kept[j + 1].makespan
+        ]
+        if not gaps:
+            break
+        gaps.sort(reverse=True)
+        for _, j in gaps[:need]:
+            lo, hi = kept[j], kept[j + 1]
+            key = (lo.makespan, hi.makespan)
+            step = tried.get(key, 0)
+            deadline = 0.5 * (lo.makespan + hi.makespan) if step == 0 else hi.makespan * (1 - BELOW)
+            new = at(deadline, lo)
+            plans.append(new)
+            found = lo.makespan < new.makespan < hi.makespan and new.energy < lo.energy
+            # A gap where the middle found nothing is searched below its end next; one
+            # where that found nothing too is done.
+            tried[key] = 2 if found or step == 1 else 1
+            if found:
+                tried[key] = 2  # split: its two halves are new gaps
+    return plans

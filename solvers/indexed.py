@@ -132,6 +132,56 @@ class IndexedProblem:
             )
             self.group_of[members] = gi
         self.coupled = bool(self.groups or self.chain_pairs)
+        #: s and J that one unit of this object's times and energies stands for (1 and 1
+        #: unless made by `rescaled`).
+        self.time_unit = 1.0
+        self.energy_unit = 1.0
+
+    def rescaled(self, time_unit: float, energy_unit: float) -> IndexedProblem:
+        """The same problem with times counted in `time_unit` s and energies in
+        `energy_unit` J (idle powers in energy_unit / time_unit W).
+
+        Solvers work on models whose numbers are about 1: HiGHS's tolerances are absolute
+        (1e-7 on a constraint, 1e-6 on the MIP gap), so a plan of tens of µs solved in
+        seconds and joules misses its deadline "within tolerance" and stops at the
+        all-fastest plan "within the gap". Powers of two keep the scaling exact in
+        floating point, so plans compare and tie exactly as in the original units.
+
+        The copy shares the structure (order, edges, groups) and has its own caches. Its
+        `problem` and `tasks` are the original objects (names, devices, labels, hold):
+        every number an algorithm uses comes from the scaled arrays (`durations`,
+        `energies`, `costs`, `idle_w`, `trans_time`, `trans_energy`), and
+        `transition_costs` gives the per-device costs in the scaled units.
+
+        Args:
+            time_unit: s per unit of time; a power of two.
+            energy_unit: J per unit of energy; a power of two.
+        """
+        out = object.__new__(IndexedProblem)
+        # Attributes starting with "_" are caches of derived arrays (Pareto tables, the
+        # repeated structure): the copy computes its own.
+        out.__dict__.update({k: v for k, v in self.__dict__.items() if not k.startswith("_")})
+        ts, es = float(time_unit), float(energy_unit)
+        ps = es / ts  # W per unit of power
+        out.time_unit, out.energy_unit = self.time_unit * ts, self.energy_unit * es
+        out.durations = [d / ts for d in self.durations]
+        out.energies = [e / es for e in self.energies]
+        out.idle_w = self.idle_w / ps
+        out.idle_total_w = float(out.idle_w.sum())
+        out.task_idle_w = out.idle_w[self.task_device]
+        out.costs = [
+            e - s * d for e, d, s in zip(out.energies, out.durations, out.task_idle_w, strict=False)
+        ]
+        out.trans_time = self.trans_time / ts
+        out.trans_energy = self.trans_energy / es
+        return out
+
+    def transition_costs(self) -> dict[str, tuple[float, float]]:
+        """Per device, (time, energy) of one setting change in this object's units."""
+        return {
+            dev: (float(t) / self.time_unit, float(e) / self.energy_unit)
+            for dev, (t, e) in self.problem.transition.items()
+        }
 
     # ----------------------------------------------------------------- evaluation
     def durations_of(self, modes: Sequence[int]) -> np.ndarray:

@@ -23,6 +23,10 @@ import scipy.sparse as sp
 from solvers.hull import pareto_modes
 from solvers.indexed import IndexedProblem, meets
 from solvers.lp import highs_model
+from solvers.stopping import Watch
+
+#: Feasibility tolerance of exact solves (`WindowMIP.set_deadline`) on scaled models.
+EXACT_TOLERANCE = 1e-9
 
 
 class WindowMIP:
@@ -99,6 +103,23 @@ class WindowMIP:
         # lets each stop early; a window that comes back worse is simply not taken.
         self.highs.setOptionValue("mip_rel_gap", 1e-4)
         self.ncol = ncol
+        self.h_col = h_col
+
+    def set_deadline(self, deadline: float | None, gap: float = 1e-4) -> None:
+        """Bound H ≤ deadline (None: no bound) and set the relative gap of each solve.
+
+        Assumptions:
+            Devices are held to the makespan (the objective does not change with the
+            deadline), as in a frontier.
+        """
+        hi = highspy.kHighsInf if deadline is None else float(deadline)
+        self.highs.changeColBounds(self.h_col, 0.0, hi)
+        self.highs.setOptionValue("mip_rel_gap", float(gap))
+        # At HiGHS's default tolerances (1e-6 on integrality) a plan may overrun its
+        # deadline by a millionth, enough to miss it; a frontier looks for the slowest
+        # plan just below a point's makespan, so it needs them tight.
+        for option in ("mip_feasibility_tolerance", "primal_feasibility_tolerance"):
+            self.highs.setOptionValue(option, EXACT_TOLERANCE)
 
     def _pin(self, modes: Sequence[int], free: np.ndarray) -> None:
         """Bounds: free tasks' x in [0, 1], every other task pinned to its mode."""
@@ -145,6 +166,7 @@ def lns(
     time_limit: float = 10.0,
     window: int = 24,
     step_limit: float = 0.3,
+    watch: Watch | None = None,
 ) -> list[int]:
     """Improve a feasible plan by re-optimizing sliding windows of tasks exactly.
 
@@ -155,6 +177,7 @@ def lns(
         time_limit: s of wall time in all.
         window: tasks freed per step (consecutive by start time).
         step_limit: s per window solve.
+        watch: receives every cheaper plan; the search stops when it says so.
 
     Returns:
         A plan no worse than `modes`.
@@ -173,8 +196,8 @@ def lns(
         order = np.argsort(ip.evaluate(best).starts, kind="stable")
         for lo in range(0, max(1, ip.n - window + stride), stride):
             left = time_limit - (time.perf_counter() - t0)
-            if left <= 0:
-                break
+            if left <= 0 or (watch is not None and watch.should_stop()):
+                return best
             free = np.zeros(ip.n, dtype=bool)
             free[order[lo : lo + window]] = True
             cand = mip.reoptimize(best, free, min(step_limit, left))
@@ -184,4 +207,8 @@ def lns(
             if meets(ev.makespan, deadline) and ev.energy < best_e - 1e-9 * max(1.0, best_e):
                 best, best_e = cand, ev.energy
                 improved = True
+                if watch is not None:
+                    watch.offer(best_e, best)
+    if watch is not None and not improved:
+        watch.stall_detail = "a sweep of MILP windows found nothing cheaper"
     return best

@@ -30,6 +30,7 @@ import pulp
 from solvers.hull import pareto_modes, pareto_modes_by_setting
 from solvers.indexed import IndexedProblem
 from solvers.lp import new_highs
+from solvers.stopping import Watch
 
 try:  # pragma: no cover - depends on the installation
     import highspy
@@ -148,9 +149,12 @@ def build_model(
 
 
 class _WarmHiGHS(pulp.HiGHS):  # type: ignore[misc,valid-type]
-    """PuLP's HiGHS interface, also handing the variables' initial values to HiGHS."""
+    """PuLP's HiGHS interface, also handing the variables' initial values to HiGHS and
+    running it under a `Watch` (see `run_watched`)."""
 
     warm_start = False
+    watch: Watch | None = None
+    offset = 0.0
 
     def callSolver(self, lp: pulp.LpProblem) -> None:  # noqa: N802 (PuLP's name)
         if self.warm_start:
@@ -162,7 +166,52 @@ class _WarmHiGHS(pulp.HiGHS):  # type: ignore[misc,valid-type]
             sol.col_value = values
             sol.value_valid = True
             lp.solverModel.setSolution(sol)
-        lp.solverModel.run()
+        run_watched(lp.solverModel, self.watch, self.offset)
+
+
+#: s between the main thread's looks at a MILP running on its worker thread.
+POLL_S = 0.05
+
+
+def run_watched(h: highspy.Highs, watch: Watch | None, offset: float = 0.0) -> None:
+    """Run a MILP in HiGHS, stopping it early when `watch` says so.
+
+    Without a watch this is ``h.run()``. With one, HiGHS runs on a worker thread (a
+    Ctrl-C reaches Python only between bytecodes, never inside ``run``), the main thread
+    waits and turns a KeyboardInterrupt into `Watch.interrupted`, and HiGHS's MIP
+    interrupt callback hands every incumbent and dual bound to the watch and stops the
+    search once the watch says so (interrupted, stop gap, stall). HiGHS then returns its
+    best solution as usual.
+
+    Args:
+        h: a HiGHS instance holding a MILP (PuLP's ``solverModel``, or our own).
+        watch: the solve's watch, or None.
+        offset: constant to add to HiGHS's objective values (J, the model's offset).
+    """
+    if watch is None:
+        h.run()
+        return
+
+    def on_interrupt(event: highspy.highs.HighsCallbackEvent) -> None:
+        out = event.data_out
+        watch.offer_bound(float(out.mip_dual_bound) + offset)
+        if float(out.mip_primal_bound) < highspy.kHighsInf:
+            watch.offer(float(out.mip_primal_bound) + offset)
+        if watch.should_stop():
+            event.interrupt()
+
+    h.cbMipInterrupt += on_interrupt
+    try:
+        h.startSolve()
+        done = False
+        while not done:
+            try:
+                done, _ = h.wait(POLL_S)
+            except KeyboardInterrupt:
+                # HiGHS stops at its next callback and hands back its incumbent.
+                watch.interrupted = True
+    finally:
+        h.cbMipInterrupt -= on_interrupt
 
 
 @dataclass
@@ -172,7 +221,8 @@ class MilpResult:
     Attributes:
         modes: mode index per task, or None when no integer solution was found.
         bound: certified lower bound on the energy (J), nan when the solver gave none.
-        status: ``"optimal"``, ``"time_limit"`` or ``"infeasible"``/``"failed"``.
+        status: ``"optimal"``, ``"time_limit"``, ``"stopped"`` (by the watch) or
+            ``"infeasible"``/``"failed"``.
         solver: solver name.
         message: details.
     """
@@ -224,8 +274,23 @@ def solve_model(
     gap: float,
     warm: bool = False,
     mip: bool = True,
+    abs_gap: float = 0.0,
+    watch: Watch | None = None,
 ) -> tuple[str, float, float]:
     """Run the solver on a built model.
+
+    Args:
+        model: the model (build it from a scaled problem: HiGHS's tolerances are
+            absolute, see `IndexedProblem.rescaled`).
+        time_limit: s.
+        gap: relative gap at which a MILP may stop.
+        warm: hand the variables' initial values to the solver.
+        mip: solve as a MILP (False: its LP relaxation).
+        abs_gap: absolute gap, in the model's energy units, at which a MILP may stop
+            (HiGHS's default of 1e-6 would let it stop "optimal" far from the optimum
+            on a model of small numbers).
+        watch: stops a MILP early (Ctrl-C, stop gap, stall) and receives its
+            incumbents and bounds.
 
     Returns:
         (status, objective J, bound J): status ``"optimal"``, ``"time_limit"``,
@@ -236,15 +301,22 @@ def solve_model(
     limit = max(0.05, float(time_limit))
     if _HAVE_HIGHSPY:
         new_highs()  # silences HiGHS's banner before PuLP makes its own instance
-        solver = _WarmHiGHS(mip=mip, msg=False, timeLimit=limit, gapRel=gap, threads=1)
-        solver.warm_start = warm
-        prob.solve(solver)
+
+        def highs(start: bool) -> _WarmHiGHS:
+            solver = _WarmHiGHS(
+                mip=mip, msg=False, timeLimit=limit, gapRel=gap, gapAbs=abs_gap, threads=1
+            )
+            solver.warm_start = start
+            solver.watch = watch if mip else None
+            solver.offset = model.offset
+            return solver
+
+        prob.solve(highs(warm))
         h = prob.solverModel
-        if warm and not _consistent(h):
+        if warm and not _consistent(h) and not (watch is not None and watch.interrupted):
             # HiGHS 1.16 can return the start solution unchanged with another
             # solution's objective after presolve; solve again without the start.
-            solver = _WarmHiGHS(mip=mip, msg=False, timeLimit=limit, gapRel=gap, threads=1)
-            prob.solve(solver)
+            prob.solve(highs(False))
             h = prob.solverModel
         ms = h.getModelStatus()
         info = h.getInfo()
@@ -260,9 +332,15 @@ def solve_model(
         bound = float(info.mip_dual_bound) + model.offset
         obj = float(info.objective_function_value) + model.offset if has_sol else math.nan
         if not has_sol:
-            return ("time_limit" if ms == st.kTimeLimit else "failed"), math.nan, bound
-        return ("optimal" if ms == st.kOptimal else "time_limit"), obj, bound
-    solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=limit, gapRel=gap, warmStart=warm, mip=mip)
+            stopped = {st.kTimeLimit: "time_limit", st.kInterrupt: "stopped"}
+            return stopped.get(ms, "failed"), math.nan, bound
+        if ms == st.kOptimal:
+            return "optimal", obj, bound
+        # Stopped by the watch (stop gap, stall, Ctrl-C): not a time limit.
+        return ("stopped" if ms == st.kInterrupt else "time_limit"), obj, bound
+    solver = pulp.PULP_CBC_CMD(
+        msg=False, timeLimit=limit, gapRel=gap, gapAbs=abs_gap, warmStart=warm, mip=mip
+    )
     prob.solve(solver)
     if prob.status == pulp.LpStatusInfeasible:
         return "infeasible", math.nan, math.nan
@@ -292,22 +370,26 @@ def solve_milp(
     time_limit: float = 60.0,
     gap: float = 1e-4,
     warm: Sequence[int] | None = None,
+    watch: Watch | None = None,
 ) -> MilpResult:
     """Solve the exact model within a time limit, optionally warm-started.
 
     Args:
-        ip: the problem.
-        deadline: s, or None.
+        ip: the problem (scaled: `IndexedProblem.rescaled`).
+        deadline: in `ip`'s time unit, or None.
         time_limit: s for the solver (model building comes on top).
         gap: relative optimality gap at which the solver may stop.
         warm: a feasible assignment to start from.
+        watch: stops the solver early and receives its incumbents and bounds.
     """
     t0 = time.perf_counter()
     model = build_model(ip, deadline)
     if warm is not None:
         set_initial(model, ip, warm)
     left = time_limit - (time.perf_counter() - t0)
-    status, objective, bound = solve_model(model, time_limit=left, gap=gap, warm=warm is not None)
+    status, objective, bound = solve_model(
+        model, time_limit=left, gap=gap, warm=warm is not None, watch=watch
+    )
     name = solver_name()
     if status in ("infeasible", "failed"):
         return MilpResult(None, bound, status, name, f"{name} found no solution ({status})")
@@ -315,9 +397,15 @@ def solve_milp(
 
 
 def min_makespan(ip: IndexedProblem, time_limit: float = 60.0) -> tuple[float, list[int]]:
-    """The fastest makespan (s) and an assignment achieving it, by MILP."""
+    """The fastest makespan (in `ip`'s time unit) and an assignment achieving it, by MILP.
+
+    Solved to a zero gap, absolute and relative: with HiGHS's default absolute gap of
+    1e-6 a makespan in seconds could come back 1 µs above the fastest, and a deadline
+    between the two would be refused as infeasible. Scale `ip` first
+    (`IndexedProblem.rescaled`) so that the feasibility tolerances are relative too.
+    """
     model = build_model(ip, None, objective="makespan")
-    status, _, _ = solve_model(model, time_limit=time_limit, gap=0.0)
+    status, _, _ = solve_model(model, time_limit=time_limit, gap=0.0, abs_gap=0.0)
     if status in ("infeasible", "failed"):
         raise RuntimeError("could not compute the fastest makespan")
     modes = read_modes(model)

@@ -24,6 +24,7 @@ import numpy as np
 
 from solvers.improve import _padded, improve
 from solvers.indexed import IndexedProblem, meets
+from solvers.stopping import Watch
 
 #: Window widths, as fractions of the makespan, are drawn log-uniformly from this range.
 WIDTH_RANGE = (0.002, 0.02)
@@ -40,6 +41,7 @@ def perturb_search(
     time_limit: float,
     seed: int = 0,
     patience: int = PATIENCE,
+    watch: Watch | None = None,
 ) -> list[int]:
     """Improve a feasible plan by perturbation and slack-to-energy moves.
 
@@ -50,6 +52,8 @@ def perturb_search(
         time_limit: s of wall time at most.
         seed: seeds the windows drawn; the same seed and time give the same steps.
         patience: stop after this many steps in a row bring nothing.
+        watch: receives every cheaper plan; the search stops when it says so (stop gap,
+            a stall over its window, Ctrl-C), and is told when patience runs out.
 
     Returns:
         A plan meeting `deadline` whose energy is no higher than that of `modes`.
@@ -66,6 +70,8 @@ def perturb_search(
     starts = ip.evaluate(best).starts
     makespan = float(np.max(starts + ip.durations_of(best)))
     while time.perf_counter() - t0 < time_limit and idle < patience:
+        if watch is not None and watch.should_stop():
+            return best
         width = float(np.exp(rng.uniform(lo, hi))) * makespan
         a = float(rng.uniform(-width, makespan))
         window = np.flatnonzero((starts >= a) & (starts < a + width))
@@ -83,6 +89,10 @@ def perturb_search(
             best, best_e = trial, ev.energy
             starts, makespan = ev.starts, ev.makespan
             idle = 0
+            if watch is not None:
+                watch.offer(best_e, best)
         else:
             idle += 1
+    if watch is not None and idle >= patience:
+        watch.stall_detail = f"{patience} steps in a row found nothing cheaper"
     return best

@@ -46,6 +46,7 @@ from solvers.lp import HullLP, LPPoint, classify, round_down, vertex_modes
 from solvers.periodic import Repetition, find_repetition, tiled_plans
 from solvers.perturb import perturb_search
 from solvers.solution import relative_gap
+from solvers.stopping import Watch
 
 
 @dataclass
@@ -280,12 +281,16 @@ def relax_search(
     t_fast: float,
     *,
     time_limit: float = 60.0,
+    watch: Watch | None = None,
 ) -> RelaxResult | None:
     """`_relax_search`, keeping the best plan found when an LP solve reaches the time
-    limit (`HullLP.stop_at`); without a plan yet, `TimeLimitReached` propagates."""
+    limit (`HullLP.stop_at`); without a plan yet, `TimeLimitReached` propagates.
+
+    `watch` (optional) receives every cheaper plan and the bound, and ends the search
+    early (stop gap, Ctrl-C; a stall once the iterated improvement runs)."""
     found: list[RelaxResult] = []
     try:
-        return _relax_search(lp, deadline, t_fast, time_limit, found)
+        return _relax_search(lp, deadline, t_fast, time_limit, found, watch)
     except TimeLimitReached:
         lp.unfix_all()  # a dive may have stopped with tasks pinned
         if not found:
@@ -299,6 +304,7 @@ def _relax_search(
     t_fast: float,
     time_limit: float,
     found: list[RelaxResult],
+    watch: Watch | None = None,
 ) -> RelaxResult | None:
     """The relax method's full search: four plan generators, then iterated improvement.
 
@@ -324,6 +330,8 @@ def _relax_search(
         deadline: s, or None.
         t_fast: the fastest makespan, s (start of the sweeps).
         time_limit: s of wall time.
+        found: every better plan is appended (the caller keeps the last on a stop).
+        watch: receives plans and the bound; its stop rule ends the search early.
     """
     t0 = time.perf_counter()
     ip = lp.ip
@@ -335,6 +343,9 @@ def _relax_search(
     best = first
     found.append(best)
     best_e = ip.evaluate(first.modes, deadline).energy
+    if watch is not None:
+        watch.offer_bound(first.bound)
+        watch.offer(best_e, first.modes)
     # A warm step (the cold LP solve above is far slower on large problems).
     t1 = time.perf_counter()
     relax_once(lp, deadline)
@@ -348,11 +359,15 @@ def _relax_search(
         if meets(ip.evaluate(res.modes).makespan, deadline) and e < best_e:
             best, best_e = RelaxResult(res.modes, first.bound, first.lp_point, res.lp_solves), e
             found.append(best)
+            if watch is not None:
+                watch.offer(e, res.modes)
 
     def left() -> float:
         return time_limit - (time.perf_counter() - t0)
 
     def done() -> bool:
+        if watch is not None and watch.should_stop():
+            return True
         return relative_gap(best_e, first.bound) <= 1e-9
 
     def generators_left() -> float:
@@ -397,7 +412,11 @@ def _relax_search(
 
             for modes in tiled_plans(lp, deadline, first.lp_point, rep, tiling_left):
                 consider(RelaxResult(modes, first.bound, first.lp_point, 1))
+                if done():
+                    break
     if not done() and left() > 0:
-        modes = perturb_search(ip, best.modes, deadline, time_limit=left())
+        if watch is not None:
+            watch.arm()  # from here on the search only improves a finished plan
+        modes = perturb_search(ip, best.modes, deadline, time_limit=left(), watch=watch)
         consider(RelaxResult(modes, first.bound, first.lp_point, best.lp_solves))
     return best

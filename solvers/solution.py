@@ -17,9 +17,10 @@ class Solution:
     energies (never from a solver's internal, possibly rounded, values).
 
     Attributes:
-        status: ``"optimal"`` (proved within the requested gap), ``"time_limit"`` (the
-            solver stopped at its time limit; `gap` says how far from proved),
-            ``"feasible"`` (heuristic; `gap` against the certified bound),
+        status: ``"optimal"`` (its own `gap` is within the requested gap),
+            ``"time_limit"`` (the solver stopped at its time limit; `gap` says how far
+            from proved), ``"interrupted"`` (stopped by Ctrl-C; the best plan found),
+            ``"feasible"`` (any other stop; `gap` against the certified bound),
             ``"evaluated"`` (an assignment given by the caller) or ``"late"``
             (an evaluated assignment that misses its deadline).
         modes: task name → chosen mode index.
@@ -43,6 +44,9 @@ class Solution:
         durations: task name → duration, s.
         var_makespan: variance of the makespan along the critical path, s² (durations
             of one path treated as independent).
+        stop_reason: why the search stopped (`solvers.stopping.REASONS`):
+            ``"optimal"``, ``"gap"`` (certified gap within the stop gap), ``"stalled"``,
+            ``"time_limit"``, ``"interrupted"`` or ``"done"``; empty when not solved.
     """
 
     status: str
@@ -66,6 +70,7 @@ class Solution:
     busy: Mapping[str, float] = field(default_factory=dict)
     durations: Mapping[str, float] = field(default_factory=dict)
     var_makespan: float = 0.0
+    stop_reason: str = ""
 
     @property
     def std_energy(self) -> float:
@@ -84,9 +89,12 @@ class Solution:
 
 
 def relative_gap(energy: float, lower_bound: float) -> float:
-    """(energy − bound) / energy, clamped at 0; nan when the bound is unknown."""
-    if math.isnan(lower_bound):
+    """(energy − bound) / |energy|, clamped at 0; nan when the bound is unknown, inf
+    without a plan (energy inf: an inf/inf ratio is nan, and max(0, nan) would be 0)."""
+    if math.isnan(lower_bound) or math.isnan(energy):
         return math.nan
+    if math.isinf(energy):
+        return math.inf
     if energy == 0:
         return 0.0 if lower_bound >= -1e-12 else math.inf
     # |energy|: with same-device overlaps and modes drawing less than s̄, totals can

@@ -18,6 +18,7 @@ element, so the composed energy is exact: Σ_dev (static draw over the makespan)
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -395,8 +396,10 @@ def read_placements(path: str | os.PathLike[str], library: Iterable[Signature]) 
     """Read a placements file (YAML or JSON) and look its elements up in ``library``.
 
     A schedule written by ``eopt solve`` (``"schema": "eopt.schedule/1"``) is read too:
-    each element's type, κ and ω pick its signature, and the devices' ``idle_power_w``
-    give the idle draw.
+    each element's type, κ and ω pick its signature, the devices' ``idle_power_w`` give
+    the idle draw, and every change of a device-wide setting on a device with
+    ``transition_time_s``/``transition_energy_j`` becomes an element of that time and
+    energy (so the composed energy is the schedule's own).
 
     Otherwise the file is either a list of placements or a mapping with ``placements`` and
     an optional ``idle_power`` (W, or a mapping device → W). Each placement has ``element``
@@ -518,12 +521,22 @@ def _solved_schedule(
     if makespan is not None:
         makespan = number(makespan, at / "makespan", unit="s", positive=True)
     idle_power: dict[str, float] = {}
+    # Per device, (time s, energy J) of one change of its device-wide setting.
+    transition: dict[str, tuple[float, float]] = {}
     for i, dev in enumerate(devices):
         where = at / "devices" / i
         dev = mapping(dev, where, what="an object with name and idle_power_w")
         name = string(required(dev, "name", where), where / "name", what="a device name")
         idle = required(dev, "idle_power_w", where)
         idle_power[name] = number(idle, where / "idle_power_w", unit="W", min=0)
+        tau = number(
+            dev.get("transition_time_s", 0.0), where / "transition_time_s", unit="s", min=0
+        )
+        eps = number(
+            dev.get("transition_energy_j", 0.0), where / "transition_energy_j", unit="J", min=0
+        )
+        if tau or eps:
+            transition[name] = (tau, eps)
     placements: list[Placement] = []
     for i, e in enumerate(elements):
         where = at / "elements" / i
@@ -562,4 +575,44 @@ def _solved_schedule(
         run = makespan if makespan is not None else math.inf
         start = within_run(start, start + sig.time, run, where, run_name="makespan")
         placements.append(Placement(sig.on(device), device, start))
+    placements += _setting_changes(placements, transition, at)
     return PlacementFile(tuple(placements), idle_power, at.file)
+
+
+#: Name of the element that stands for a change of a device-wide setting.
+SETTING_CHANGE = "setting change"
+
+
+def _setting_changes(
+    placements: Sequence[Placement], transition: Mapping[str, tuple[float, float]], at: Where
+) -> list[Placement]:
+    """An element for every change of a device-wide setting on a device that pays for one.
+
+    `eopt solve` starts the element after a change τ s after its predecessor on the
+    device ends, and prices the change at ε J with the device busy (not idle) over τ
+    (``eopt.plan.schedule.Schedule.transition_energy``). Composed as an idle gap, the
+    change would cost s̄·τ instead of ε. So each change becomes an element of τ s and ε J
+    (all of it dynamic: no static draw of its own) ending where the next element starts.
+    Consecutive elements are compared in start order, as the schedule counts changes.
+
+    Raises:
+        PlacementsError: an element starts less than τ after its predecessor ends.
+    """
+    changes: list[Placement] = []
+    for device, (tau, eps) in transition.items():
+        row = sorted((p for p in placements if p.device == device), key=lambda p: p.start)
+        for before, after in itertools.pairwise(row):
+            if before.signature.op_point.device_key == after.signature.op_point.device_key:
+                continue
+            ready = max(p.end for p in row if p.start <= before.start)
+            if after.start - tau < ready - _TIME_EPS_S * max(1.0, abs(ready)):
+                at.fail(
+                    f"on device {device!r}, {after.signature.name} starts "
+                    f"{after.start - ready:.6g} s after the element before it ends, but "
+                    f"changing the device's setting takes {tau:g} s (transition_time_s)"
+                )
+            sig = Signature(
+                SETTING_CHANGE, static_power=0.0, time=tau, dynamic_energy=eps, devices=(device,)
+            )
+            changes.append(Placement(sig, device, after.start - tau))
+    return changes

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import csv
 import math
+import sys
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.markup import escape
@@ -44,12 +47,23 @@ from eopt.plan.problem import load_plan_library
 from eopt.plan.schedule import Schedule, write_schedule
 from eopt.plan.solve import FrontierPlan, plan_frontier, savings, solve_plan
 
+if TYPE_CHECKING:
+    from solvers.stopping import StopRule
+
 __all__ = ["MAX_POINTS", "command", "print_headline", "summarize_choices"]
 
 METHODS = ("auto", "milp", "relax")
 
 #: Most frontier points one call computes (each is a solve).
 MAX_POINTS = 1000
+
+#: The option that governs each `solver.stop_reason` of a schedule.
+STOP_OPTIONS = {
+    "optimal": "--gap",
+    "gap": "--stop-gap",
+    "stalled": "--stall",
+    "time_limit": "--time-limit",
+}
 
 
 def summarize_choices(schedule: Schedule) -> list[tuple[str, str]]:
@@ -133,8 +147,22 @@ def _print_schedule(schedule: Schedule) -> None:
         f"{float(took):.2f} s" + (f" of the {float(limit):g} s limit" if limit else ""),
         highlight=False,
     )
-    if solver.get("message"):
-        console.print(f"             {escape(str(solver['message']))}", highlight=False)
+    notes = [m for m in str(solver.get("message") or "").split("; ") if m]
+    reason = str(solver.get("stop_reason") or "")
+    if reason:
+        # The solver's first note says why it stopped ("stopped: certified gap …").
+        detail = (
+            notes.pop(0).removeprefix("stopped: ")
+            if notes and notes[0].startswith("stopped: ")
+            else reason
+        )
+        option = STOP_OPTIONS.get(reason)
+        console.print(
+            f"stopped      {escape(detail)}" + (f" ({option})" if option else ""),
+            highlight=False,
+        )
+    if notes:
+        console.print(f"             {escape('; '.join(notes))}", highlight=False)
     base = schedule.baseline
     if base:
         saved = base["energy"] - schedule.energy
@@ -145,6 +173,22 @@ def _print_schedule(schedule: Schedule) -> None:
             f"{format_time(added)} ({format_percent(added / base['makespan'])})",
             highlight=False,
         )
+
+
+def stop_rule(stop_gap: float | None, stall: float | None, method: str) -> StopRule | None:
+    """The solver's stop rule from --stop-gap and --stall; what is not given keeps the
+    solver's default for ``method`` (None when neither is given)."""
+    # Imported here: the solvers pull in HiGHS, and `eopt --help` should not wait for it.
+    from solvers.stopping import RUN_TO_LIMIT, StopRule
+
+    if stop_gap is None and stall is None:
+        return None
+    rule = RUN_TO_LIMIT if method == "milp" else StopRule()
+    return replace(
+        rule,
+        gap=rule.gap if stop_gap is None else stop_gap,
+        stall_gain=rule.stall_gain if stall is None else stall,
+    )
 
 
 def _write_frontier_csv(path: Path, points: list[FrontierPlan]) -> None:
@@ -243,7 +287,23 @@ def _run_frontier(
     "(per point with --frontier).",
 )
 @click.option(
-    "--gap", type=Fraction(), default="0.01%", show_default=True, help="MILP gap, e.g. 0.1%."
+    "--gap",
+    type=Fraction(),
+    default="0.01%",
+    show_default=True,
+    help="Optimality gap: a plan this close to its certified bound is optimal.",
+)
+@click.option(
+    "--stop-gap",
+    type=Fraction(),
+    help="Stop once the certified gap is at most this [default: 0.1% for auto and relax;"
+    " milp runs to --gap or --time-limit]. 0 never stops on the gap.",
+)
+@click.option(
+    "--stall",
+    type=Fraction(),
+    help="Stop once the search gains at most this over a window (2 s, or half the time "
+    "spent if longer) [default: 0.01% for auto and relax]. 0 never stops on a stall.",
 )
 @click.option(
     "--library",
@@ -282,6 +342,8 @@ def command(
     method: str,
     time_limit: float,
     gap: float,
+    stop_gap: float | None,
+    stall: float | None,
     libraries: tuple[Path, ...],
     static: bool,
     want_frontier: bool,
@@ -297,9 +359,13 @@ def command(
     energy-minimizing makespan. The first line says what is saved at no slowdown and
     what more the slowdown buys, both against every element at its fastest setting.
 
-    --time-limit covers everything, reading and building the problem included: the
-    solver stops in time with the best plan found so far, and a plan too large to build
-    within the limit is refused with the limit it needs.
+    auto and relax stop once the plan is certified within --stop-gap (0.1 %) of the
+    optimum, or once the search gains no more than --stall (0.01 %) over a window; the
+    last lines say why it stopped. --time-limit is the hard cap and covers everything,
+    reading and building the problem included: the solver stops in time with the best
+    plan found so far, and a plan too large to build within the limit is refused with
+    the limit it needs. Ctrl-C stops the search, keeps the best plan found, and writes
+    it (-o) before exiting with status 130.
 
     \b
     Examples:
@@ -307,6 +373,7 @@ def command(
       eopt solve plan.yaml --deadline 3s --method milp --time-limit 120s
       eopt solve plan.yaml --slowdown 5% --static -o static.json   # eopt apply can lock it
       eopt solve plan.yaml --frontier --points 40 -o frontier.csv
+      eopt solve plan.yaml --slowdown 5% --stop-gap 0 --stall 0  # search to the limit
     """
     budget = TimeBudget(time_limit)  # reading the plan counts against the limit too
     if deadline is not None and slowdown is not None:
@@ -347,6 +414,7 @@ def command(
             library=library,
             static=static,
             budget=budget,
+            stop=stop_rule(stop_gap, stall, method),
         )
     if as_json:
         write_json("-", schedule.to_dict())
@@ -356,3 +424,10 @@ def command(
         write_schedule(output, schedule)
         if not as_json:
             console.print(f"Wrote {output}", highlight=False)
+    if schedule.solver.get("status") == "interrupted":
+        kept = f"; wrote it to {output}" if output is not None else ""
+        err_console.print(
+            f"[yellow]Interrupted[/] (Ctrl-C): kept the best plan found so far{escape(kept)}.",
+            highlight=False,
+        )
+        sys.exit(130)

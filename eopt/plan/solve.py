@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eopt.calculus.library import Library
 from eopt.calculus.units import format_percent
@@ -19,6 +19,9 @@ from eopt.plan.budget import SolveTimeLimitError, TimeBudget
 from eopt.plan.planfile import Plan, PlanError
 from eopt.plan.problem import PlanProblem, build_problem
 from eopt.plan.schedule import DeviceInfo, Schedule, ScheduledElement
+
+if TYPE_CHECKING:
+    from solvers.stopping import StopRule
 
 __all__ = [
     "Baseline",
@@ -225,6 +228,7 @@ def solve_plan(
     *,
     static: bool = False,
     budget: TimeBudget | None = None,
+    stop: StopRule | None = None,
 ) -> Schedule:
     """Choose κ and ω per element: minimum energy with the makespan within the deadline.
 
@@ -244,16 +248,23 @@ def solve_plan(
             apply`` can lock without a runtime controller).
         budget: The time budget to draw from instead of a new one of ``time_limit``
             (the CLI starts it before reading the plan, so reading counts too).
+        stop: When each solve may stop before its share of the time
+            (``solvers.stopping.StopRule``); None: the solver's default for ``method``
+            (relax and auto stop at a certified gap ≤ 0.1 % or when they stall, milp
+            runs to ``gap`` or the limit).
 
     Returns:
-        The schedule, with baseline, savings (``baseline.savings``), lower bound and gap;
-        with ``static`` its ``meta["static"]`` holds the per-element plan's energy.
+        The schedule, with baseline, savings (``baseline.savings``), lower bound and gap,
+        and why the search stopped (``solver["stop_reason"]``); with ``static`` its
+        ``meta["static"]`` holds the per-element plan's energy. After a Ctrl-C its
+        status is ``"interrupted"`` and it holds the best plan found.
 
     Raises:
         solvers.InfeasibleDeadline: naming the fastest achievable makespan.
         SolveTimeLimitError: the time limit ran out before the solver could start.
     """
     from solvers import InfeasibleDeadline, fastest_makespan, solve
+    from solvers.exceptions import ADVICE_RTOL, round_up
 
     budget = budget or TimeBudget(time_limit)
     size = f"{len(plan.elements)} elements"
@@ -271,23 +282,37 @@ def solve_plan(
     if static:
         budget.check("indexing the one-setting-per-GPU problem", size)
         if bound is not None and bound < t_target * (1 - 1e-9):
+            # Rounded up, so that following the advice works.
+            least = round_up(t_target * (1 - ADVICE_RTOL))
             raise PlanError(
                 f"with one setting per GPU (--static) the fastest makespan is "
-                f"{t_target:.6g} s, above the deadline {bound:.6g} s; ask for a deadline of "
-                f"at least {t_target:.6g} s (+{t_target / t_fast - 1:.3%} over the "
+                f"{least} s, above the deadline {bound:.6g} s; ask for a deadline of at "
+                f"least {least} s (+{t_target / t_fast - 1:.3%} over the "
                 "per-element fastest), or solve without --static"
             )
 
     def run(problem: Any, at: float | None, seconds: float) -> Any:
-        return solve(problem, deadline=at, method=method, time_limit=seconds, gap=gap)
+        return solve(problem, deadline=at, method=method, time_limit=seconds, gap=gap, stop=stop)
+
+    def interrupted(side: Any) -> bool:
+        return side is not None and side.status == "interrupted"
 
     # Kept back for what follows the solves: the baseline, the schedule, writing it.
     finish = min(FINISH_MAX_S, FINISH_SHARE * budget.limit_s)
     tight = bound is not None and bound <= t_target * (1 + 1e-9)
+    # A Ctrl-C stops the solve that is running (it hands back its best plan, status
+    # "interrupted") and every solve after it: the plan found for the fastest makespan
+    # meets any looser deadline, so it stands in for the plan asked for.
     at_fastest = None if tight else run(target.problem, t_target, budget.share(SIDE_SHARE))
-    per_element = run(pp.problem, bound, budget.share(SIDE_SHARE)) if static else None
+    per_element = None
+    if static and not interrupted(at_fastest):
+        per_element = run(pp.problem, bound, budget.share(SIDE_SHARE))
     given = budget.share(1.0, keep=finish)
-    sol = run(target.problem, bound, given)
+    if interrupted(at_fastest) or interrupted(per_element):
+        assert at_fastest is not None  # a static solve has a side solve first
+        sol = _instead(at_fastest, bound)
+    else:
+        sol = run(target.problem, bound, given)
     if sol.status == "time_limit":
         note = (
             f"this plan had {given:.3g} s of the {budget.limit_s:g} s limit (the rest went "
@@ -323,6 +348,21 @@ def solve_plan(
     return replace(schedule, baseline={**base.to_dict(), **extra}, meta=meta)
 
 
+def _instead(side: Any, deadline: float | None) -> Any:
+    """The interrupted plan for the fastest makespan as the plan for ``deadline``: it meets
+    that deadline, but its bound was for another one, so it carries none."""
+    note = "interrupted before the plan asked for was searched; this is the fastest plan's"
+    return replace(
+        side,
+        status="interrupted",
+        stop_reason="interrupted",
+        deadline=deadline,
+        lower_bound=math.nan,
+        gap=math.nan,
+        message="; ".join(m for m in (side.message, note) if m),
+    )
+
+
 def _cheaper(sol: Any, other: Any) -> Any:
     """``other`` (a plan meeting ``sol``'s deadline too) in ``sol``'s place, with ``sol``'s
     bound and status, and the gap recomputed against that bound."""
@@ -337,6 +377,7 @@ def _cheaper(sol: Any, other: Any) -> Any:
         gap=relative_gap(float(other.energy), float(sol.lower_bound)),
         solver=sol.solver,
         method=sol.method,
+        stop_reason=sol.stop_reason,
         message="; ".join(m for m in (sol.message, note) if m),
     )
 
@@ -386,6 +427,7 @@ def schedule_from_solution(pp: PlanProblem, sol: Any, base: Baseline | None = No
             "method": sol.method,
             "status": sol.status,
             "wall_time_s": sol.wall_time_s,
+            "stop_reason": getattr(sol, "stop_reason", ""),
             "message": sol.message,
         },
         baseline=base.to_dict() if base is not None else None,

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from solvers import Mode, Problem, fastest_makespan, frontier, solve
+from solvers.stopping import RUN_TO_LIMIT, STOP_GAP
 
 
 def pipeline(
@@ -41,8 +42,13 @@ def test_relax_close_to_exact_on_a_pipeline(bf, factor: float) -> None:
     assert exact.energy <= relax.energy * (1 + 1e-9)
     # The heuristic is near the optimum (it is usually exact on this small case).
     assert relax.energy <= exact.energy * 1.01
-    auto = solve(problem, deadline, method="auto", gap=1e-7, time_limit=30)
+    # Searching to the end (no early stop), auto reaches the optimum ...
+    auto = solve(problem, deadline, method="auto", gap=1e-7, time_limit=30, stop=RUN_TO_LIMIT)
     assert auto.energy == pytest.approx(exact.energy, rel=1e-6)
+    # ... and by default it may stop once its certified gap is within 0.1 %.
+    quick = solve(problem, deadline, method="auto", gap=1e-7, time_limit=30)
+    assert quick.energy <= exact.energy * (1 + STOP_GAP) / (1 - STOP_GAP)
+    assert quick.stop_reason in ("optimal", "gap", "stalled")
 
 
 def test_holding_to_the_deadline_charges_idle_power_until_then(bf) -> None:
