@@ -416,13 +416,14 @@ def command(
             budget=budget,
             stop=stop_rule(stop_gap, stall, method),
         )
+    # The file first: a reader that closes the pipe early (`| head`) must not cost the plan.
+    if output is not None:
+        write_schedule(output, schedule)
     if as_json:
         write_json("-", schedule.to_dict())
     else:
         _print_schedule(schedule)
-    if output is not None:
-        write_schedule(output, schedule)
-        if not as_json:
+        if output is not None:
             console.print(f"Wrote {output}", highlight=False)
     if schedule.solver.get("status") == "interrupted":
         kept = f"; wrote it to {output}" if output is not None else ""
