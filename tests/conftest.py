@@ -24,7 +24,7 @@ def find_test_data(relative: str | os.PathLike[str]) -> Path:
     """The one lookup of test data: ``tests/data/<relative>``, else ``$EOPT_DATA_DIR/<relative>``.
 
     The repository ships what the tests need, so a fresh clone never depends on the
-    project's shared data folder; ``$EOPT_DATA_DIR`` only serves files not shipped.
+    project's data folder; ``$EOPT_DATA_DIR`` only serves files not shipped.
 
     Args:
         relative: A path relative to the data folder, e.g.
@@ -55,8 +55,8 @@ def find_test_data(relative: str | os.PathLike[str]) -> Path:
 
 
 @pytest.fixture(scope="session")
-def shared_data() -> Callable[[str], Path]:
-    """``shared_data("lowtime_bench/s4_m8_u1ms/dag.json")`` → the file (see find_test_data)."""
+def data_file() -> Callable[[str], Path]:
+    """``data_file("lowtime_bench/s4_m8_u1ms/dag.json")`` → the file (see find_test_data)."""
     return find_test_data
 
 

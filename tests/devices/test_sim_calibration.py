@@ -32,12 +32,12 @@ Measured = Callable[[str, int], dict[str, np.ndarray]]
 
 
 @pytest.fixture
-def measured(shared_data: Callable[[str], Path]) -> Measured:
+def measured(data_file: Callable[[str], Path]) -> Measured:
     """``measured(kernel, stage)``: Perseus's measured curve (clock MHz, time s, energy J)."""
 
     def read(kernel: str, stage: int) -> dict[str, np.ndarray]:
         filename, instruction = CURVES[kernel]
-        path = shared_data(f"perseus_sosp24/stage_profile/{filename}")
+        path = data_file(f"perseus_sosp24/stage_profile/{filename}")
         with open(path, newline="") as handle:
             rows = sorted(
                 (float(r["frequency"]), float(r["time"]), float(r["energy"]))

@@ -94,7 +94,7 @@ class Good:
 
 
 @pytest.fixture(scope="module")
-def good(tmp_path_factory: pytest.TempPathFactory, shared_data: Callable[[str], Path]) -> Good:
+def good(tmp_path_factory: pytest.TempPathFactory, data_file: Callable[[str], Path]) -> Good:
     root = tmp_path_factory.mktemp("good")
     for name in ("dag_two_gpus.yaml", "dag_two_gpus.signatures.jsonl"):
         shutil.copy(EXAMPLES / "plans" / name, root / name)
@@ -126,7 +126,7 @@ def good(tmp_path_factory: pytest.TempPathFactory, shared_data: Callable[[str], 
         "samples": {"time_s": [0.0, 1.0, 2.0], "power_w": [50.0, 51.0, 49.0]},
         "events": [{"name": "forward", "start_s": 0.1, "end_s": 0.2}],
     }
-    profile = "\n".join(shared_data(PROFILE).read_text().splitlines()[:9]) + "\n"
+    profile = "\n".join(data_file(PROFILE).read_text().splitlines()[:9]) + "\n"
     return Good(
         library=library,
         plan=plan,

@@ -20,9 +20,9 @@ from eopt.measure.attribution import attribute
 from eopt.measure.trace_io import read_runs
 
 
-def compare(shared_data, *extra: str) -> dict:
-    a = shared_data("kokkos_dbscan_h100/fdbscan")
-    b = shared_data("kokkos_dbscan_h100/fdbscan-dense")
+def compare(data_file, *extra: str) -> dict:
+    a = data_file("kokkos_dbscan_h100/fdbscan")
+    b = data_file("kokkos_dbscan_h100/fdbscan-dense")
     result = CliRunner().invoke(
         compare_cli.command,
         [str(a), str(b), "--region", "DBSCANCalculation", "--json", *extra],
@@ -31,8 +31,8 @@ def compare(shared_data, *extra: str) -> dict:
     return json.loads(result.output)
 
 
-def test_note_convention_reproduces_the_reference_medians(shared_data) -> None:
-    data = compare(shared_data, "--edges", "inside")
+def test_note_convention_reproduces_the_reference_medians(data_file) -> None:
+    data = compare(data_file, "--edges", "inside")
     assert data["schema"] == "eopt.comparison/1"
     a, b = data["a"]["median"], data["b"]["median"]
     assert a["time_s"] == pytest.approx(2.686, abs=5e-4)
@@ -43,9 +43,9 @@ def test_note_convention_reproduces_the_reference_medians(shared_data) -> None:
     assert b["power_w"] == pytest.approx(258, abs=0.5)
 
 
-def test_interpolated_edges_reductions_and_the_machine_state_block(shared_data) -> None:
-    data = compare(shared_data)
-    inside = compare(shared_data, "--edges", "inside")
+def test_interpolated_edges_reductions_and_the_machine_state_block(data_file) -> None:
+    data = compare(data_file)
+    inside = compare(data_file, "--edges", "inside")
     assert data["a"]["n"] == data["b"]["n"] == 34
     extra = data["a"]["median"]["energy_j"] - inside["a"]["median"]["energy_j"]
     assert 1.5 < extra < 3.5  # "about 2.5 J more per run"
@@ -67,9 +67,9 @@ def test_interpolated_edges_reductions_and_the_machine_state_block(shared_data) 
     assert any("edge" in w for w in data["warnings"])
 
 
-def test_the_table_says_so_plainly(shared_data) -> None:
-    a = shared_data("kokkos_dbscan_h100/fdbscan")
-    b = shared_data("kokkos_dbscan_h100/fdbscan-dense")
+def test_the_table_says_so_plainly(data_file) -> None:
+    a = data_file("kokkos_dbscan_h100/fdbscan")
+    b = data_file("kokkos_dbscan_h100/fdbscan-dense")
     result = CliRunner().invoke(
         compare_cli.command, [str(a), str(b), "--region", "DBSCANCalculation"]
     )
@@ -78,9 +78,9 @@ def test_the_table_says_so_plainly(shared_data) -> None:
     assert "1–16" in text and "without the blocks" in text
 
 
-def test_every_real_run_conserves_energy(shared_data) -> None:
+def test_every_real_run_conserves_energy(data_file) -> None:
     for variant in ("fdbscan", "fdbscan-dense"):
-        for trace in read_runs(shared_data(f"kokkos_dbscan_h100/{variant}")):
+        for trace in read_runs(data_file(f"kokkos_dbscan_h100/{variant}")):
             att = attribute(trace)
             known = [r.exclusive_energy_j for r in att.regions]
             # The last kernel outlives the power file in some runs: unknown, not 0.
@@ -100,8 +100,8 @@ def test_every_real_run_conserves_energy(shared_data) -> None:
             )
 
 
-def test_one_raw_run_attributes_by_its_prefix(shared_data) -> None:
-    run = shared_data("kokkos_dbscan_h100/fdbscan") / "illyad-2495425"
+def test_one_raw_run_attributes_by_its_prefix(data_file) -> None:
+    run = data_file("kokkos_dbscan_h100/fdbscan") / "illyad-2495425"
     result = CliRunner().invoke(attribute_cli.command, [str(run), "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)

@@ -30,7 +30,7 @@ def connector(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def kokkos_app(tmp_path_factory, shared_data) -> Path:
+def kokkos_app(tmp_path_factory, data_file) -> Path:
     """The test program (tests/data/kokkos/app.cpp) built against Debian's Kokkos."""
     cxx = shutil.which("g++") or shutil.which("c++")
     if cxx is None or not KOKKOS_HEADER.exists():
@@ -45,7 +45,7 @@ def kokkos_app(tmp_path_factory, shared_data) -> Path:
         "-O1",
         "-std=c++17",
         f"-I{KOKKOS_HEADER.parent}",
-        str(shared_data("kokkos/app.cpp")),
+        str(data_file("kokkos/app.cpp")),
         "-o",
         str(out),
         "-ltrilinos_kokkoscore",

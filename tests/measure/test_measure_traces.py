@@ -111,8 +111,8 @@ def test_repeat_refuses_a_folder_in_use_and_odd_values(tmp_path, monkeypatch, wa
     assert bad.exit_code != 0
 
 
-def test_report_and_perfetto_accept_a_trace_folder(tmp_path, shared_data) -> None:
-    run = shared_data("kokkos_dbscan_h100/fdbscan") / "illyad-2495425"
+def test_report_and_perfetto_accept_a_trace_folder(tmp_path, data_file) -> None:
+    run = data_file("kokkos_dbscan_h100/fdbscan") / "illyad-2495425"
     html, perfetto = tmp_path / "r.html", tmp_path / "p.json"
     result = CliRunner().invoke(
         report_cli.command,

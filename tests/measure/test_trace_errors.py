@@ -102,8 +102,8 @@ def test_utf8_bom_header_is_accepted_and_binary_is_named(tmp_path) -> None:
         read_trace(folder)
 
 
-def test_a_folder_of_many_raw_runs_names_one_and_suggests_compare(shared_data) -> None:
-    folder = shared_data("kokkos_dbscan_h100/fdbscan")
+def test_a_folder_of_many_raw_runs_names_one_and_suggests_compare(data_file) -> None:
+    folder = data_file("kokkos_dbscan_h100/fdbscan")
     with pytest.raises(TraceError, match=r"holds 34 runs .*eopt compare"):
         read_trace(folder)
 

@@ -15,15 +15,15 @@ from eopt.plan.planfile import PlanError
 
 
 @pytest.fixture
-def lowtime_dag(shared_data: Callable[[str], Path]) -> dict:
+def lowtime_dag(data_file: Callable[[str], Path]) -> dict:
     """lowtime's 4-stage × 8-microbatch 1F1B DAG (tests/data/lowtime_bench)."""
-    return json.loads(shared_data("lowtime_bench/s4_m8_u1ms/dag.json").read_text())
+    return json.loads(data_file("lowtime_bench/s4_m8_u1ms/dag.json").read_text())
 
 
 @pytest.fixture
-def gpt3_a100(shared_data: Callable[[str], Path]) -> Path:
+def gpt3_a100(data_file: Callable[[str], Path]) -> Path:
     """Perseus's GPT-3 stage profile on the A100-SXM4-80GB (tests/data/perseus_sosp24)."""
-    return shared_data("perseus_sosp24/stage_profile/gpt3-175b+a100_sxm_bf16.csv")
+    return data_file("perseus_sosp24/stage_profile/gpt3-175b+a100_sxm_bf16.csv")
 
 
 def test_1f1b_edges_match_lowtime_dag(lowtime_dag: dict) -> None:

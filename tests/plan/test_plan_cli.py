@@ -18,9 +18,9 @@ from eopt.plan.schedule import read_schedule
 
 
 @pytest.fixture
-def gpt3_a100(shared_data: Callable[[str], Path]) -> Path:
+def gpt3_a100(data_file: Callable[[str], Path]) -> Path:
     """Perseus's GPT-3 stage profile on the A100-SXM4-80GB (tests/data/perseus_sosp24)."""
-    return shared_data("perseus_sosp24/stage_profile/gpt3-175b+a100_sxm_bf16.csv")
+    return data_file("perseus_sosp24/stage_profile/gpt3-175b+a100_sxm_bf16.csv")
 
 
 def _run(args: list[str]) -> str:

@@ -27,8 +27,8 @@ Case = tuple[Plan, Library, dict[str, Any]]
 
 
 @pytest.fixture(scope="module")
-def lowtime_case(shared_data: Callable[[str], Path]) -> Case:
-    bench = shared_data("lowtime_bench/s4_m8_u1ms")
+def lowtime_case(data_file: Callable[[str], Path]) -> Case:
+    bench = data_file("lowtime_bench/s4_m8_u1ms")
     summary = json.loads((bench / "summary.json").read_text())
     lib = Library(read_perseus_profile(bench / "profile.csv", summary["p2p_power_w"]))
     plan = pipeline_plan(summary["stages"], summary["microbatches"], summary["p2p_power_w"])

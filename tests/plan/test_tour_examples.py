@@ -19,11 +19,11 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 GPT3_SHA256 = "362bb134259443524cb6617bdb9f5309cf9952076670765e3c39e0bb12c456a7"
 
 
-def test_the_profile_is_the_perseus_file_byte_for_byte(shared_data: Callable[[str], Path]) -> None:
+def test_the_profile_is_the_perseus_file_byte_for_byte(data_file: Callable[[str], Path]) -> None:
     ours = (EXAMPLES / "gpt3-a100.csv").read_bytes()
     assert hashlib.sha256(ours).hexdigest() == GPT3_SHA256
     assert GPT3_SHA256 in (EXAMPLES / "README.md").read_text(encoding="utf-8")
-    reference = shared_data("perseus_sosp24/stage_profile/gpt3-175b+a100_sxm_bf16.csv")
+    reference = data_file("perseus_sosp24/stage_profile/gpt3-175b+a100_sxm_bf16.csv")
     assert reference.read_bytes() == ours
 
 

@@ -1,4 +1,4 @@
-"""The one test-data lookup (``shared_data`` in tests/conftest.py) works on a fresh clone."""
+"""The one test-data lookup (``data_file`` in tests/conftest.py) works on a fresh clone."""
 
 from __future__ import annotations
 
@@ -22,10 +22,10 @@ NEEDED = [
 
 @pytest.mark.parametrize("relative", NEEDED)
 def test_needed_data_ships_in_tests_data(
-    relative: str, shared_data: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
+    relative: str, data_file: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("EOPT_DATA_DIR", "/nonexistent")
-    found = shared_data(relative)
+    found = data_file(relative)
     assert found == TESTS / "data" / relative
     assert found.stat().st_size > 0
 
@@ -42,18 +42,18 @@ def test_every_shipped_folder_is_listed_and_copied_data_say_where_they_came_from
 
 
 def test_falls_back_to_eopt_data_dir(
-    tmp_path: Path, shared_data: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, data_file: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     extra = tmp_path / "bench" / "only_here.csv"
     extra.parent.mkdir()
     extra.write_text("a,b\n1,2\n")
     monkeypatch.setenv("EOPT_DATA_DIR", str(tmp_path))
-    assert shared_data("bench/only_here.csv") == extra
+    assert data_file("bench/only_here.csv") == extra
 
 
 def test_missing_data_fails_naming_where_to_put_it(
-    shared_data: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
+    data_file: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("EOPT_DATA_DIR", raising=False)
     with pytest.raises(pytest.fail.Exception, match=r"copy it into tests/data/nope/x\.csv"):
-        shared_data("nope/x.csv")
+        data_file("nope/x.csv")
