@@ -94,7 +94,7 @@ def command(
       eopt attribute power.csv --events events.csv --time-unit datetime
       eopt attribute mpi-run/ --json -o attribution.json
     """
-    from eopt.measure.attribution import attribute, sum_attributions
+    from eopt.measure.attribution import attribute_all
     from eopt.measure.trace_io import PowerCsvOptions, read_traces
     from eopt.measure.traces import TraceError
     from eopt.report.attribution_table import render_attribution
@@ -107,11 +107,7 @@ def command(
         events=events_path,
     )
     try:
-        traces = read_traces(path, opts)
-        parts = [attribute(t, domain=domain) for t in traces]
-        result = (
-            parts[0] if len(parts) == 1 and parts[0].rank is None else sum_attributions(parts, path)
-        )
+        result = attribute_all(read_traces(path, opts), domain=domain, source=path)
     except TraceError as exc:
         raise UserError(str(exc)) from None
     data = result.to_dict(calls=calls)

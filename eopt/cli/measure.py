@@ -476,7 +476,7 @@ def _record(
     force: bool,
 ) -> None:
     """Record the command as a trace folder with every power source, then attribute it."""
-    from eopt.measure.attribution import attribute, sum_attributions
+    from eopt.measure.attribution import attribute_all
     from eopt.measure.session import SessionError, record_command
     from eopt.measure.traces import TraceError
     from eopt.report.attribution_table import render_attribution
@@ -507,8 +507,7 @@ def _record(
         "power_sources": list(run.sources),
     }
     if any(t.series for t in run.traces):
-        parts = [attribute(t) for t in run.traces]
-        att = parts[0] if len(parts) == 1 else sum_attributions(parts, str(run.trace_dir))
+        att = attribute_all(run.traces, source=str(run.trace_dir))
         data.update(att.to_dict())
         if not as_json:
             render_attribution(att, console)

@@ -45,6 +45,7 @@ __all__ = [
     "RegionEnergy",
     "SeriesEnergy",
     "attribute",
+    "attribute_all",
     "sum_attributions",
     "window_energy",
 ]
@@ -576,6 +577,17 @@ def _with_share(acc: _Acc, labels: Sequence[str], total: float) -> RegionEnergy:
 
 def _add(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a + b
+
+
+def attribute_all(
+    traces: Sequence[Trace], *, domain: str | None = None, source: str = ""
+) -> Attribution:
+    """:func:`attribute` for what a path holds: one trace as it is, or the MPI ranks'
+    traces each attributed and summed (:func:`sum_attributions`)."""
+    parts = [attribute(t, domain=domain) for t in traces]
+    if len(parts) == 1 and parts[0].rank is None:
+        return parts[0]
+    return sum_attributions(parts, source)
 
 
 def sum_attributions(parts: Iterable[Attribution], source: str = "") -> Attribution:

@@ -17,8 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from eopt.devices.base import Device, WallClock
 from eopt.measure.meter import Meter, MeterMethod
 from eopt.measure.regions import (
@@ -85,11 +83,7 @@ class CommandMeasurement:
         """
         rep = self.report
         origin = self.start_unix_ns
-        times = np.array([origin + round(t * 1e9) for t, _ in rep.samples], dtype=np.int64)
-        powers = np.array([p for _, p in rep.samples], dtype=np.float64)
-        # The span's edge and a refresh can share an instant: keep the later reading.
-        keep = np.append(np.diff(times) > 0, True) if times.size else np.array([], dtype=bool)
-        series = (PowerSeries("GPU", self.gpu, times[keep], powers[keep]),)
+        series = (PowerSeries.from_seconds("GPU", self.gpu, rep.samples, origin),)
         events = region_events(((e.name, e.start_s, e.end_s) for e in rep.events), origin)
         meta = {
             "command": list(self.command),

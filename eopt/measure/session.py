@@ -18,7 +18,6 @@ charged all of it.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import tempfile
 import time
@@ -27,12 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-import numpy as np
-
 from eopt.devices.base import Device, WallClock
 from eopt.measure.meter import Meter, MeterMethod
 from eopt.measure.regions import REGIONS_FILE_ENV, read_region_windows
-from eopt.measure.trace_io import read_events, read_traces, write_dashboard
+from eopt.measure.trace_io import RANK_DIR, read_events, read_traces, write_dashboard
 from eopt.measure.traces import Event, PowerSeries, Trace, TraceError, region_events
 
 __all__ = [
@@ -43,8 +40,6 @@ __all__ = [
     "record_command",
     "session_recorder",
 ]
-
-_RANK_DIR = re.compile(r"^rank_(\d+)$")
 
 
 class SessionError(RuntimeError):
@@ -105,11 +100,8 @@ class GpuPowerSource:
             points = meter.power_samples(self._start, end, edges=True)
         finally:
             meter.stop()
-        times = np.array([self._offset + round(t * 1e9) for t, _ in points], dtype=np.int64)
-        power = np.array([p for _, p in points], dtype=np.float64)
-        keep = np.append(np.diff(times) > 0, True) if times.size else np.zeros(0, dtype=bool)
         index = int(getattr(self.device, "index", 0) or 0)
-        return [PowerSeries("GPU", index, times[keep], power[keep], self.device.name)]
+        return [PowerSeries.from_seconds("GPU", index, points, self._offset, self.device.name)]
 
     def describe(self) -> dict[str, Any]:
         meter = self._meter.describe() if self._meter is not None else {}
@@ -158,7 +150,7 @@ def _prepare(folder: Path, force: bool) -> None:
         for stale in ("events.csv", "power_samples.csv", "metadata.json"):
             (folder / stale).unlink(missing_ok=True)
         for child in folder.iterdir():
-            if child.is_dir() and _RANK_DIR.match(child.name):
+            if child.is_dir() and RANK_DIR.match(child.name):
                 for stale in ("events.csv", "power_samples.csv", "metadata.json"):
                     (child / stale).unlink(missing_ok=True)
     folder.mkdir(parents=True, exist_ok=True)
@@ -230,7 +222,7 @@ def record_command(
     rank_dirs = sorted(
         (int(m.group(1)), c)
         for c in folder.iterdir()
-        if c.is_dir() and (m := _RANK_DIR.match(c.name))
+        if c.is_dir() and (m := RANK_DIR.match(c.name))
     )
     connector_events = _connector_events(folder) if not rank_dirs else []
     connector_meta = folder / "metadata.json"

@@ -67,7 +67,8 @@ DASHBOARD_VERSION = 1
 EVENTS_HEADER = ("id", "parent_id", "name", "category", "start_ns", "end_ns")
 POWER_HEADER = ("timestamp_ns", "domain", "device_id", "power_watts")
 RAW_SUFFIXES = ("-nvml-power.csv", "-nvml-regions.csv", "-nvml-kernels.csv")
-_RANK_DIR = re.compile(r"^rank_(\d+)$")
+#: An MPI rank's folder inside a trace folder.
+RANK_DIR = re.compile(r"^rank_(\d+)$")
 # Fields past this size are not a trace's (a binary or a wrong file): refuse, do not hang.
 _MAX_FIELD = 1 << 20
 
@@ -356,13 +357,11 @@ def _read_eopt_json(path: Path) -> Trace:
         raise TraceError(f"{path}: samples need equal-length 'time_s' and 'power_w' lists")
     origin = int(data.get("start_unix_ns", 0) or 0)
     try:
-        times = np.array([origin + round(float(x) * 1e9) for x in t], dtype=np.int64)
-        powers = np.array([float(x) for x in p], dtype=np.float64)
+        points = [(float(a), float(b)) for a, b in zip(t, p, strict=True)]
     except (TypeError, ValueError):
         raise TraceError(f"{path}: samples must be numbers (s and W)") from None
-    # Two samples at one instant (the span's edge and a refresh): keep the later reading.
-    keep = np.append(np.diff(times) > 0, True)
-    series = PowerSeries("GPU", int(data.get("gpu", 0) or 0), times[keep], powers[keep], str(path))
+    gpu = int(data.get("gpu", 0) or 0)
+    series = PowerSeries.from_seconds("GPU", gpu, points, origin, str(path))
     raw_events = data.get("events", [])
     if not isinstance(raw_events, list):
         raise TraceError(f"{path}: 'events' must be a list")
@@ -497,7 +496,7 @@ def detect_layout(path: str | os.PathLike[str]) -> str:
     """
     p = Path(path)
     if p.is_dir():
-        if any(_RANK_DIR.match(c.name) and c.is_dir() for c in p.iterdir()):
+        if any(RANK_DIR.match(c.name) and c.is_dir() for c in p.iterdir()):
             return "mpi"
         if (p / "events.csv").exists() or (p / "power_samples.csv").exists():
             return "dashboard"
@@ -544,7 +543,7 @@ def read_traces(
         ranks = sorted(
             (int(m.group(1)), c)
             for c in p.iterdir()
-            if c.is_dir() and (m := _RANK_DIR.match(c.name))
+            if c.is_dir() and (m := RANK_DIR.match(c.name))
         )
         if (p / "power_samples.csv").exists():
             return [_read_merged_ranks(p, ranks)]

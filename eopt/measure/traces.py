@@ -96,6 +96,26 @@ class PowerSeries:
     power_w: np.ndarray
     where: str = ""
 
+    @classmethod
+    def from_seconds(
+        cls,
+        domain: str,
+        device_id: int,
+        points: Iterable[tuple[float, float]],
+        origin_ns: int,
+        where: str = "",
+    ) -> PowerSeries:
+        """A series from (s after ``origin_ns``, W) points, in time order.
+
+        Two points that land on one nanosecond (a span's edge and a sensor refresh) keep
+        the later reading, so the timestamps strictly increase.
+        """
+        pairs = list(points)
+        times = np.array([origin_ns + round(t * 1e9) for t, _ in pairs], dtype=np.int64)
+        power = np.array([p for _, p in pairs], dtype=np.float64)
+        keep = np.append(np.diff(times) > 0, True) if times.size else np.zeros(0, dtype=bool)
+        return cls(domain, device_id, times[keep], power[keep], where)
+
     @property
     def key(self) -> tuple[str, int]:
         """(domain, device_id)."""

@@ -13,7 +13,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from eopt.measure.attribution import Attribution, attribute, sum_attributions
+from eopt.measure.attribution import Attribution, attribute_all
 from eopt.measure.trace_io import read_traces
 from eopt.measure.traces import Trace
 from eopt.report.inputs import Measurement, Region
@@ -30,10 +30,7 @@ def load_recording(path: str | os.PathLike[str]) -> tuple[list[Trace], Attributi
         eopt.measure.traces.TraceError: naming the file and line.
     """
     traces = read_traces(path)
-    parts = [attribute(t) for t in traces]
-    if len(parts) == 1 and parts[0].rank is None:
-        return traces, parts[0]
-    return traces, sum_attributions(parts, str(path))
+    return traces, attribute_all(traces, source=str(path))
 
 
 def measurement_from_attribution(att: Attribution, trace: Trace | None = None) -> Measurement:
