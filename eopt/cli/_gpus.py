@@ -12,7 +12,6 @@ user errors and handles the simulated GPU, which has only indices.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Mapping, Sequence
 
 from eopt.cli._common import UserError
@@ -32,7 +31,6 @@ GPUS_HELP = (
     "GPU-41aa | nvml:0,nvml:3). One power series each; per-region energy per GPU and summed."
 )
 
-_INDEX = re.compile(r"(?i)(?:cuda:|nvml:)?(\d+)")
 
 
 def sim_gpu_index(spec: str, option: str = "--gpu", nvml_seen: bool = False) -> int:
@@ -47,14 +45,16 @@ def sim_gpu_index(spec: str, option: str = "--gpu", nvml_seen: bool = False) -> 
     Raises:
         UserError: for anything else: UUIDs and PCI bus ids name real GPUs only.
     """
-    match = _INDEX.fullmatch(spec.strip())
-    if match is None:
+    from eopt.apply.settings import ApplyError, plain_index
+
+    try:
+        return plain_index(spec)
+    except ApplyError:
         why = " (NVML sees no NVIDIA GPU here to match it against)" if nvml_seen else ""
         raise UserError(
             f"{option} {spec}: the simulated GPU takes an index (0, cuda:1); UUIDs and PCI "
             f"bus ids name NVIDIA GPUs{why}"
-        )
-    return int(match[1])
+        ) from None
 
 
 def resolve_gpu_option(spec: str, option: str = "--gpu") -> int:
