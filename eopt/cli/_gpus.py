@@ -32,7 +32,6 @@ GPUS_HELP = (
 )
 
 
-
 def sim_gpu_index(spec: str, option: str = "--gpu", nvml_seen: bool = False) -> int:
     """The simulated GPU's index for ``spec`` (``0``, ``cuda:0`` or ``nvml:0``).
 
