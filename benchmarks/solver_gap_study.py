@@ -32,8 +32,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as common
@@ -44,25 +42,15 @@ CASE = "s8_m32_u1ms"
 
 def traced_milp(ip: Any, deadline: float, warm: list[int], time_limit: float) -> dict[str, Any]:
     """Run HiGHS's MILP from `warm`; return the incumbent/bound trace and the result."""
-    import highspy
+    from solvers.milp import ExactModel
 
-    from solvers.lns import WindowMIP
-
-    mip = WindowMIP(ip, deadline)
-    mip._pin(warm, np.ones(ip.n, dtype=bool))
-    h = mip.highs
-    h.setOptionValue("mip_rel_gap", 1e-6)
-    h.setOptionValue("time_limit", float(time_limit))
-    ev = ip.evaluate(warm)
-    x = np.zeros(mip.ncol)
-    for i, m in enumerate(warm):
-        x[mip.first[i] + mip.modes[i].index(m)] = 1.0
-    x[mip.nx : mip.nx + ip.n] = ev.starts
-    x[mip.nx + ip.n] = ev.makespan
-    sol = highspy.HighsSolution()
-    sol.col_value = x.tolist()
-    sol.value_valid = True
-    h.setSolution(sol)
+    mip = ExactModel(ip, deadline)
+    mip.model.set_option("mip_rel_gap", 1e-6)
+    mip.model.set_option("time_limit", float(time_limit))
+    mip.start(warm)
+    # The study records HiGHS's own callbacks, so it holds the HiGHS instance itself.
+    h = mip.model.highs
+    offset = mip.model.offset
     trace: list[dict[str, float]] = []
     t0 = time.perf_counter()
 
@@ -70,8 +58,8 @@ def traced_milp(ip: Any, deadline: float, warm: list[int], time_limit: float) ->
         out = event.data_out
         point = {
             "t_s": time.perf_counter() - t0,
-            "incumbent_j": float(out.mip_primal_bound) + mip.offset,
-            "bound_j": float(out.mip_dual_bound) + mip.offset,
+            "incumbent_j": float(out.mip_primal_bound) + offset,
+            "bound_j": float(out.mip_dual_bound) + offset,
             "nodes": float(out.mip_node_count),
         }
         if not trace or (
@@ -86,8 +74,8 @@ def traced_milp(ip: Any, deadline: float, warm: list[int], time_limit: float) ->
     info = h.getInfo()
     final = {
         "status": h.modelStatusToString(h.getModelStatus()),
-        "incumbent_j": float(info.objective_function_value) + mip.offset,
-        "bound_j": float(info.mip_dual_bound) + mip.offset,
+        "incumbent_j": float(info.objective_function_value) + offset,
+        "bound_j": float(info.mip_dual_bound) + offset,
         "nodes": int(info.mip_node_count),
         "wall_s": time.perf_counter() - t0,
     }
@@ -116,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     import solvers
     from solvers.indexed import IndexedProblem
     from solvers.lp import HullLP
-    from solvers.milp import build_model
+    from solvers.milp import ExactModel
 
     base = common.data_dir() / "lowtime_bench" / args.case
     dag = common.read_lowtime_dag(base / "dag.json")
@@ -134,9 +122,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.write_mps:
             args.write_mps.mkdir(parents=True, exist_ok=True)
             mps = args.write_mps / f"{args.tag}_{factor:.2f}.mps"
-            model = build_model(ip, deadline)
-            model.prob.writeMPS(str(mps))
-            print(f"exact MILP written to {mps} (objective + {model.offset:g} J = energy)")
+            exact = ExactModel(ip, deadline)
+            exact.model.highs.writeModel(str(mps))
+            print(f"exact MILP written to {mps} (objective + {exact.model.offset:g} J = energy)")
         start = solvers.solve(built.problem, deadline, method="auto", time_limit=args.start_limit)
         warm = [start.modes[name] for name in ip.names]
         print(

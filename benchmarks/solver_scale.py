@@ -11,16 +11,23 @@ Each deadline D = factor × T_allmax is solved once per method; the table shows 
 true energy and makespan (re-evaluated from the profile), the certified lower
 bound, the gap and the wall time.
 
+With ``--large``: 32 stages × 256 microbatches × 30 clocks (16 384 tasks), solved with a
+110-s limit. Peak memory (the process's maximum resident set, `resource.getrusage`) is
+reported for every run.
+
 Examples:
     python3 benchmarks/solver_scale.py
+    python3 benchmarks/solver_scale.py --large --methods relax
     python3 benchmarks/solver_scale.py --factors 1.05,1.1,1.2 --methods relax
     python3 benchmarks/solver_scale.py --stages 8 --microbatches 32 --clocks 10
 
-Target: single deadline within 0.5 % of its lower bound in ≤ 60 s (16 × 128 × 30).
+Targets: single deadline within 0.5 % of its lower bound in ≤ 60 s (16 × 128 × 30), in
+≤ 120 s (32 × 256 × 30, `--large`); peak memory ≤ 4 GB.
 """
 
 from __future__ import annotations
 
+import resource
 import sys
 from pathlib import Path
 from typing import Any
@@ -42,6 +49,15 @@ P_DYN_W = {"forward": 245.0, "backward": 270.0}
 NOISE = 0.01
 TARGET_GAP = 0.005
 TARGET_S = 60.0
+LARGE = {"stages": 32, "microbatches": 256, "clocks": 30, "time_limit": 110.0}
+LARGE_TARGET_S = 120.0
+TARGET_PEAK_BYTES = 4 * 2**30
+
+
+def peak_rss_bytes() -> int:
+    """The process's peak resident set so far, bytes (Linux reports KiB)."""
+    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(kib) * (1 if sys.platform == "darwin" else 1024)
 
 
 def synthetic_profile(num_stages: int, num_clocks: int, seed: int) -> common.StageProfile:
@@ -79,6 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clocks", type=int, default=30)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
+        "--large",
+        action="store_true",
+        help="32 × 256 × 30 (16 384 tasks), 110-s limit, target 120 s",
+    )
+    parser.add_argument(
         "--factors",
         type=lambda s: [float(x) for x in s.split(",")],
         default=[1.10],
@@ -95,6 +116,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     common.add_report_options(parser, "solver_scale")
     args = parser.parse_args(argv)
+    target_s = TARGET_S
+    if args.large:
+        args.stages, args.microbatches, args.clocks = (
+            LARGE["stages"],
+            LARGE["microbatches"],
+            LARGE["clocks"],
+        )
+        args.time_limit = args.time_limit or LARGE["time_limit"]
+        target_s = LARGE_TARGET_S
 
     verdicts = common.Verdicts()
     (profile, dag), gen_s = common.timed(
@@ -133,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
             except solvers.SolverError as exc:
                 verdicts.check(False, f"{label} {f:.2f}× {method}: solver error {exc}")
                 continue
+            peak = peak_rss_bytes()
             true = evaluator.evaluate(built.freqs_of(sol.modes))
             gap = true.gap_to(sol.lower_bound)
             late = common.is_late(true.makespan_s, deadline)
@@ -147,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
                     common.fmt_j(sol.lower_bound),
                     common.fmt_pct(gap),
                     f"{wall:.1f}",
+                    f"{peak / 2**30:.2f}",
                     sol.status,
                     sol.solver,
                 )
@@ -161,15 +193,21 @@ def main(argv: list[str] | None = None) -> int:
                 "lower_bound_j": sol.lower_bound,
                 "gap": gap,
                 "wall_s": wall,
+                "peak_rss_bytes": peak,
                 "status": sol.status,
                 "solver": sol.solver,
                 "message": sol.message,
             }
             runs.append(run)
             verdicts.check(
-                gap <= TARGET_GAP and wall <= TARGET_S and not late,
+                gap <= TARGET_GAP and wall <= target_s and not late,
                 f"{label} {f:.2f}× {method}: gap {gap:.3%} (≤ {TARGET_GAP:.1%}), "
-                f"{wall:.1f} s (≤ {TARGET_S:g} s), {'LATE' if late else 'on time'}",
+                f"{wall:.1f} s (≤ {target_s:g} s), {'LATE' if late else 'on time'}",
+            )
+            verdicts.check(
+                peak <= TARGET_PEAK_BYTES,
+                f"{label} {f:.2f}× {method}: peak memory {peak / 2**30:.2f} GiB "
+                f"(≤ {TARGET_PEAK_BYTES / 2**30:g} GiB)",
             )
     common.print_table(
         [
@@ -182,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             "LB J",
             "gap",
             "wall s",
+            "peak GiB",
             "status",
             "solver",
         ],
@@ -191,12 +230,13 @@ def main(argv: list[str] | None = None) -> int:
     verdicts.summary()
     if not args.no_save:
         path = common.write_results(
-            "solver_scale",
+            "solver_scale_large" if args.large else "solver_scale",
             {
                 "stages": args.stages,
                 "microbatches": args.microbatches,
                 "clocks": args.clocks,
                 "seed": args.seed,
+                "time_limit_s": args.time_limit,
                 "t_allmax_s": allmax.makespan_s,
                 "e_allmax_j": allmax.energy_j,
                 "runs": runs,

@@ -12,15 +12,19 @@ Energy accounting (devices held until the horizon H — the makespan, or the dea
     E = Σ_i E_i(m_i) + Σ_dev s̄_dev · (H − busy_dev)
 """
 
+from solvers.budget import Budget
+from solvers.deadline import check_deadline
 from solvers.exceptions import CycleError, InfeasibleDeadline, ProblemError, SolverError
 from solvers.frontier import frontier, pareto_filter
 from solvers.problem import Mode, Problem, Task
 from solvers.solution import Solution
-from solvers.solve import evaluate, fastest_makespan, solve
+from solvers.solve import METHODS, evaluate, fastest_makespan, solve
 from solvers.stopping import RUN_TO_LIMIT, StopRule
 
 __all__ = [
+    "METHODS",
     "RUN_TO_LIMIT",
+    "Budget",
     "CycleError",
     "InfeasibleDeadline",
     "Mode",
@@ -30,6 +34,7 @@ __all__ = [
     "SolverError",
     "StopRule",
     "Task",
+    "check_deadline",
     "evaluate",
     "fastest_makespan",
     "frontier",

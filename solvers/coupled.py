@@ -1,6 +1,6 @@
 """The relax method for coupled problems: groups sharing a setting, transition costs.
 
-The bound is the LP relaxation of the exact model (`solvers.milp.build_model` with
+The bound is the LP relaxation of the exact model (`solvers.milp.ExactModel` with
 continuous variables). Plans come from fixing the coupling — one setting per group, and
 per costed device either one setting for all its tasks (no changes, nothing to pay) or
 the settings left free with their costs checked afterwards — and solving the remaining
@@ -10,18 +10,21 @@ exact evaluation (single tasks, whole groups) polishes the best plan.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Hashable, Sequence
 from dataclasses import replace
 
 import numpy as np
 
+from solvers.budget import Budget
 from solvers.indexed import IndexedProblem, meets
 from solvers.lp import HullLP
-from solvers.milp import build_model, candidate_modes, solve_model
+from solvers.milp import ExactModel, candidate_modes
 from solvers.problem import Mode, Problem, Task
 from solvers.relax import relax_assign
 from solvers.stopping import Watch
+
+#: Solver description of the coupled relax stage.
+COUPLED_SOLVER = "HiGHS LP relaxation + fixed settings + local search"
 
 
 def _restricted(
@@ -58,7 +61,7 @@ def _solve_fixed_settings(
     ip: IndexedProblem,
     task_setting: Sequence[Hashable | None],
     deadline: float | None,
-    time_limit: float,
+    budget: Budget,
 ) -> list[int] | None:
     """Best plan (by relax) when each task is limited to one setting (None: any)."""
     allowed = []
@@ -69,7 +72,7 @@ def _solve_fixed_settings(
             return None
         allowed.append(ks)
     sub, back = _restricted(ip, allowed, keep_transitions=False)
-    res = relax_assign(HullLP(sub), deadline, time_limit=time_limit)
+    res = relax_assign(HullLP(sub), deadline, budget)
     if res is None:
         return None
     return [back[i][m] for i, m in enumerate(res.modes)]
@@ -103,13 +106,12 @@ def local_search(
     ip: IndexedProblem,
     modes: Sequence[int],
     deadline: float | None,
-    time_limit: float,
+    budget: Budget,
     watch: Watch | None = None,
 ) -> list[int]:
     """First-improvement search over single-task and whole-group moves, exact evaluation.
 
     `watch` (optional) receives every cheaper plan and can end the search early."""
-    t0 = time.perf_counter()
     best = list(modes)
     best_e = ip.evaluate(best, deadline).energy
     cands = candidate_modes(ip)
@@ -121,7 +123,7 @@ def local_search(
                 lst.append(i)
     chains = list(by_device.values())
     improved = True
-    while improved and time.perf_counter() - t0 < time_limit:
+    while improved and not budget.expired():
         improved = False
         moves: list[list[int]] = []
         for i in range(ip.n):
@@ -140,7 +142,7 @@ def local_search(
             for s in dict.fromkeys(x for i in members for x in ip.settings[i]):
                 moves.append(_group_move(ip, best, members, s))
         for m in moves:
-            if time.perf_counter() - t0 > time_limit:
+            if budget.expired():
                 break
             if watch is not None and watch.should_stop():
                 return best
@@ -159,8 +161,8 @@ def relax_coupled(
     ip: IndexedProblem,
     deadline: float | None,
     fallback: Sequence[int],
+    budget: Budget,
     *,
-    time_limit: float = 60.0,
     watch: Watch | None = None,
 ) -> tuple[list[int], float]:
     """Relax method for coupled problems.
@@ -169,43 +171,43 @@ def relax_coupled(
         ip: the problem (with groups and/or transition costs).
         deadline: s, or None.
         fallback: a feasible assignment (e.g. the fastest plan).
-        time_limit: s.
+        budget: the time allowed.
         watch: receives the bound and every cheaper plan; can end the search early.
 
     Returns:
         (modes, bound): the best feasible plan found and the LP relaxation bound, J.
     """
-    t0 = time.perf_counter()
-    model = build_model(ip, deadline, relax=True)
-    status, bound, _ = solve_model(model, time_limit=time_limit, gap=0.0, mip=False)
+    relaxation = ExactModel(ip, deadline, relax=True)
+    status = relaxation.model.run(budget.remaining())
     if status != "optimal":
         bound = float("nan")
-    # Settings suggested by the relaxation: per group its heaviest y, per task its
-    # heaviest setting.
-    lp_setting: list[Hashable | None] = []
-    for i, xi in enumerate(model.x):
-        weight: dict[Hashable | None, float] = {}
-        for k, v in xi.items():
-            weight[ip.settings[i][k]] = weight.get(ip.settings[i][k], 0.0) + float(
-                v.varValue or 0.0
-            )
-        lp_setting.append(max(weight, key=lambda s: weight[s]))
-    for g, yg in enumerate(model.y):
-        s = max(yg, key=lambda key: float(yg[key].varValue or 0.0))
-        for i in ip.groups[g]:
-            lp_setting[i] = s
+        lp_setting: list[Hashable | None] = [ip.settings[i][fallback[i]] for i in range(ip.n)]
+    else:
+        bound = relaxation.model.objective()
+        # Settings suggested by the relaxation: per group its heaviest y, per task its
+        # heaviest setting.
+        lp_setting = []
+        for i, xi in enumerate(relaxation.task_weights()):
+            weight: dict[Hashable | None, float] = {}
+            for k, v in xi.items():
+                weight[ip.settings[i][k]] = weight.get(ip.settings[i][k], 0.0) + v
+            lp_setting.append(max(weight, key=lambda s: weight[s]))
+        for g, yg in enumerate(relaxation.group_weights()):
+            s = max(yg, key=lambda key: yg[key])
+            for i in ip.groups[g]:
+                lp_setting[i] = s
     fast_setting = [ip.settings[i][fallback[i]] for i in range(ip.n)]
     candidates: list[list[int]] = [list(fallback)]
     on_chain = np.zeros(ip.n, dtype=bool)
     for a, b in ip.chain_pairs:
         on_chain[[a, b]] = True
-    budget = max(0.1, time_limit / 8)
+    each = max(0.1, budget.remaining() / 8)
     for base in (lp_setting, fast_setting):
         # Variant 1: groups fixed, chain tasks free (their changes priced afterwards).
         free_chain = [None if on_chain[i] and ip.group_of[i] < 0 else base[i] for i in range(ip.n)]
         grouped_only = [free_chain[i] if ip.group_of[i] >= 0 else None for i in range(ip.n)]
         for setting in (grouped_only, _one_setting_per_device(ip, base, on_chain)):
-            m = _solve_fixed_settings(ip, setting, deadline, budget)
+            m = _solve_fixed_settings(ip, setting, deadline, budget.child(each))
             if m is not None:
                 candidates.append(m)
     feasible = []
@@ -217,13 +219,12 @@ def relax_coupled(
             feasible.append((ev.energy, m))
     feasible.sort(key=lambda em: em[0])
     best = feasible[0][1] if feasible else list(fallback)
-    left = max(0.0, time_limit - (time.perf_counter() - t0))
     if watch is not None:
         watch.offer_bound(bound)
         if feasible:
             watch.offer(feasible[0][0], best)
         watch.arm()  # the local search only improves a finished plan
-    best = local_search(ip, best, deadline, left, watch=watch)
+    best = local_search(ip, best, deadline, budget, watch=watch)
     return best, bound
 
 

@@ -23,21 +23,23 @@ Every model works on the scaled problem (`solvers.solve.scaled`).
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
 
+from solvers.budget import Budget
 from solvers.exceptions import ProblemError
 from solvers.indexed import indexed, meets
-from solvers.lns import WindowMIP
+from solvers.lns import reoptimize
 from solvers.lp import HullLP
-from solvers.milp import candidate_modes
+from solvers.milp import ExactModel, milp_columns
 from solvers.problem import Problem
 from solvers.relax import relax_once
+from solvers.scaling import scaled
 from solvers.solution import Solution, build_solution, relative_gap
-from solvers.solve import METHODS, _relax, fastest_plan, scaled, solve
+from solvers.solve import METHODS, fastest_plan, solve
+from solvers.stages import relax_plan
 from solvers.stopping import RUN_TO_LIMIT
 
 #: Problems with at most this many Pareto modes in all (the exact model's binaries) are
@@ -47,6 +49,16 @@ EXACT_COLUMNS = 200
 #: s, at most, of one exact solve of a frontier point (the point keeps the LP rounding's
 #: plan when HiGHS finds nothing better by then).
 EXACT_POINT_S = 1.0
+
+#: s, at most, of the full relax search at the fastest end of the frontier (the points
+#: between the ends are single LP steps; the energy-minimizing end searches until its
+#: iterated improvement runs out of patience, within the time per point, so that the
+#: frontier ends at the plan `solve(problem, None)` finds).
+END_POINT_S = 1.5
+
+#: Deadlines on the first even grid, per point asked for; `_fill` searches the gaps
+#: between kept points for the rest.
+GRID_PER_POINT = 1.3
 
 #: Relative step below a kept point's makespan where the next slower plan is looked
 #: for: ten times the solvers' feasibility tolerance, so that the point itself does not
@@ -104,12 +116,12 @@ def frontier(
     ip = scaled(original)
     time_unit, energy_unit = ip.time_unit, ip.energy_unit
     lp = None if ip.coupled or method != "relax" else HullLP(ip)
-    small = sum(len(m) for m in candidate_modes(ip)) <= EXACT_COLUMNS
-    window = WindowMIP(ip, None) if small and not ip.coupled and method != "milp" else None
+    small = milp_columns(ip) <= EXACT_COLUMNS
+    exact = ExactModel(ip, None) if small and not ip.coupled and method != "milp" else None
     exact_s = min(EXACT_POINT_S, time_limit_per_point)
 
     def wrap(
-        modes: list[int], deadline: float | None, bound: float, solver: str, t0: float
+        modes: list[int], deadline: float | None, bound: float, solver: str, t0: Budget
     ) -> Solution:
         """A frontier point: `modes` evaluated in s and J; `bound` in scaled units."""
         return build_solution(
@@ -120,7 +132,7 @@ def frontier(
             lower_bound=bound * energy_unit,
             solver=solver,
             method=method,
-            wall_time_s=time.perf_counter() - t0,
+            wall_time_s=t0.elapsed(),
         )
 
     def solved(deadline: float | None) -> Solution:
@@ -136,14 +148,15 @@ def frontier(
     def tightened(sol: Solution, deadline: float | None) -> Solution:
         """On small uncoupled problems, `sol` or the exact MILP's plan, the cheaper, with
         the better of the two bounds."""
-        if window is None:
+        if exact is None:
             return sol
-        t0 = time.perf_counter()
-        window.set_deadline(None if deadline is None else deadline / time_unit, gap=1e-9)
+        t0 = Budget.of(exact_s)
+        exact.set_deadline(None if deadline is None else deadline / time_unit)
+        exact.tighten(1e-9)
         start = [sol.modes[name] for name in original.names]
-        modes = window.reoptimize(start, np.ones(ip.n, dtype=bool), exact_s)
+        modes = reoptimize(exact, start, np.ones(ip.n, dtype=bool), t0)
         # HiGHS's bound at this deadline (devices held to the makespan: no offset).
-        dual = float(window.highs.getInfo().mip_dual_bound) * energy_unit
+        dual = exact.model.dual_bound() * energy_unit
         bound = sol.lower_bound
         if math.isfinite(dual):
             bound = dual if math.isnan(bound) else max(bound, dual)
@@ -159,7 +172,7 @@ def frontier(
 
     def at(deadline: float | None, start: Solution | None = None) -> Solution:
         """The plan at one deadline; `start` (a plan meeting it) seeds the search."""
-        t0 = time.perf_counter()
+        t0 = Budget.unlimited()
         if lp is None:
             return tightened(solved(deadline), deadline)
         seeds = [[start.modes[name] for name in original.names]] if start is not None else []
@@ -174,21 +187,21 @@ def frontier(
         """A plan at an end of the frontier, with the full relax effort."""
         if lp is None:
             return tightened(solved(deadline), deadline)
-        t0 = time.perf_counter()
         # The ends get the full search: they anchor the sweep. The energy-minimizing
         # end runs until the search stalls (as `solve(problem, None)` does), so that
         # the frontier ends at the same plan.
-        limit = time_limit_per_point if deadline is None else min(time_limit_per_point, 1.5)
+        limit = time_limit_per_point if deadline is None else min(time_limit_per_point, END_POINT_S)
+        t0 = Budget.of(limit)
         scaled_deadline = None if deadline is None else deadline / time_unit
-        modes, bound, solver = _relax(ip, scaled_deadline, fast, t_fast / time_unit, limit, lp=lp)
-        return tightened(wrap(modes, deadline, bound, solver, t0), deadline)
+        inc = relax_plan(ip, scaled_deadline, fast, t_fast / time_unit, t0, lp=lp)
+        return tightened(wrap(inc.modes, deadline, inc.bound, inc.solver, t0), deadline)
 
     cheapest = end(None)
     t_end = cheapest.makespan
     plans = [end(t_fast), cheapest]
     if t_end > t_fast * (1 + 1e-9):
         prev = plans[0]
-        for d in np.linspace(t_fast, t_end, math.ceil(num_points * 1.3))[1:-1]:
+        for d in np.linspace(t_fast, t_end, math.ceil(num_points * GRID_PER_POINT))[1:-1]:
             prev = at(float(d), prev)
             plans.append(prev)
         plans = _fill(plans, num_points, at)

@@ -10,16 +10,16 @@ Assumptions:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 import numpy as np
 
+from solvers.budget import Budget
 from solvers.hull import pareto_modes
 from solvers.indexed import IndexedProblem, meets
 
 
-def _padded(ip: IndexedProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def pareto_table(ip: IndexedProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Pareto modes of every task in (n, K) arrays: mode index, duration, cost (inf pad).
 
     Cached on the problem object: a frontier calls this once per deadline.
@@ -44,8 +44,8 @@ def improve(
     ip: IndexedProblem,
     modes: Sequence[int],
     deadline: float | None,
+    budget: Budget | None = None,
     *,
-    time_limit: float = 10.0,
     max_rounds: int | None = None,
 ) -> list[int]:
     """Slack-to-energy improvement: apply the best mode changes while they pay off.
@@ -61,26 +61,26 @@ def improve(
         ip: the problem.
         modes: a feasible assignment (mode index per task).
         deadline: s, or None.
-        time_limit: s of wall time to spend at most.
+        budget: the time allowed (None: until no move pays off).
         max_rounds: stop after this many rounds (None: no limit).
 
     Returns:
         The improved assignment (a new list).
     """
-    t0 = time.perf_counter()
+    budget = budget or Budget.unlimited()
     modes = list(modes)
-    idx, pdur, pcost = _padded(ip)
+    idx, pdur, pcost = pareto_table(ip)
     cap = np.inf if deadline is None else float(deadline) * (1 + 1e-12)
     hold_deadline = ip.problem.hold == "deadline" and deadline is not None
     sbar = 0.0 if hold_deadline else ip.idle_total_w
-    cur_c = np.array([ip.costs[i][m] for i, m in enumerate(modes)])
+    cur_c = ip.costs_of(modes)
     dur = ip.durations_of(modes)
     es = ip.earliest_starts(dur)
     h = float(np.max(es + dur))
     objective = float(cur_c.sum()) + sbar * h
     batch = 16
     rounds = 0
-    while time.perf_counter() - t0 < time_limit and (max_rounds is None or rounds < max_rounds):
+    while not budget.expired() and (max_rounds is None or rounds < max_rounds):
         rounds += 1
         tail = ip.tails(dur)
         reach = (es + tail)[:, None] + pdur  # makespan through task i in mode k

@@ -18,15 +18,10 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 
+from solvers.deadline import DEADLINE_RTOL, meets
 from solvers.problem import Problem, device_chain
 
-#: Relative tolerance on a deadline: a makespan may exceed it by float rounding only.
-DEADLINE_RTOL = 1e-9
-
-
-def meets(makespan: float, deadline: float | None) -> bool:
-    """True when `makespan` (s) meets `deadline` (s) up to float rounding."""
-    return deadline is None or makespan <= deadline * (1 + DEADLINE_RTOL) + 1e-12
+__all__ = ["DEADLINE_RTOL", "Evaluation", "IndexedProblem", "indexed", "meets"]
 
 
 @dataclass
@@ -184,9 +179,32 @@ class IndexedProblem:
         }
 
     # ----------------------------------------------------------------- evaluation
+    def mode_tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Durations, energies and effective costs of every mode in (n, K) arrays (rows
+        padded with zeros), built once: evaluating a plan is then one lookup per array.
+        """
+        cached = self.__dict__.get("_mode_tables")
+        if cached is None:
+            k = max((len(d) for d in self.durations), default=1)
+            cached = tuple(np.zeros((self.n, k)) for _ in range(3))
+            for i in range(self.n):
+                m = len(self.durations[i])
+                cached[0][i, :m] = self.durations[i]
+                cached[1][i, :m] = self.energies[i]
+                cached[2][i, :m] = self.costs[i]
+            self._mode_tables = cached
+        return cached  # type: ignore[no-any-return]
+
+    def _pick(self, table: np.ndarray, modes: Sequence[int]) -> np.ndarray:
+        return table[np.arange(self.n), np.asarray(modes, dtype=np.int64)]
+
     def durations_of(self, modes: Sequence[int]) -> np.ndarray:
         """Durations (s) of the tasks under an assignment of mode indices."""
-        return np.array([self.durations[i][m] for i, m in enumerate(modes)], float)
+        return self._pick(self.mode_tables()[0], modes)
+
+    def costs_of(self, modes: Sequence[int]) -> np.ndarray:
+        """Effective costs (J) of the tasks under an assignment of mode indices."""
+        return self._pick(self.mode_tables()[2], modes)
 
     def changes(self, modes: Sequence[int]) -> np.ndarray:
         """Per task: 1 when its device's setting changes just before it, else 0."""
@@ -261,7 +279,7 @@ class IndexedProblem:
             horizon = max(float(deadline), makespan)
         busy = np.zeros(len(self.devices))
         np.add.at(busy, self.task_device, dur + gap)
-        task_energy = float(sum(self.energies[i][m] for i, m in enumerate(modes)))
+        task_energy = float(np.sum(self._pick(self.mode_tables()[1], modes)))
         trans_energy = float(np.dot(z, self.trans_energy))
         idle_energy = float(np.dot(self.idle_w, horizon - busy))
         return Evaluation(

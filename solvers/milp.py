@@ -1,4 +1,4 @@
-"""`method="milp"`: the exact mixed-integer model, solved through PuLP.
+"""`method="milp"`: the exact mixed-integer model, built once from arrays.
 
     minimize   Σ_i Σ_m c_im·x_im + Σ_(a,b) (ε − s̄·τ)·z_ab + S̄·H
     subject to Σ_m x_im = 1                              (one mode per task)
@@ -14,35 +14,40 @@ with c_im = E_im − s̄·d_im (see `solvers.indexed`). S̄·H is a constant (S�
 when devices are held to the deadline. Dominated modes are dropped first (within each
 setting when a group or a transition cost makes settings matter).
 
-HiGHS is used through PuLP when `highspy` is installed, else the bundled CBC.
+`ExactModel` is this model in HiGHS (`solvers.highs`). Every exact solve of the package
+uses it: the milp method (`solve_milp`), the fastest makespan (`min_makespan`), the
+coupled relaxation (``relax=True``), and MILP windows (`solvers.lns`, which pin all
+tasks but a window through `ExactModel.pin`).
 """
 
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import pulp
+import scipy.sparse as sp
 
+from solvers.budget import Budget
+from solvers.highs import INF, Model
 from solvers.hull import pareto_modes, pareto_modes_by_setting
 from solvers.indexed import IndexedProblem
-from solvers.lp import new_highs
 from solvers.stopping import Watch
 
-try:  # pragma: no cover - depends on the installation
-    import highspy
+#: The MILP engine's name, for solution records.
+SOLVER_NAME = "HiGHS"
 
-    _HAVE_HIGHSPY = pulp.HiGHS().available()
-except Exception:  # pragma: no cover
-    highspy = None
-    _HAVE_HIGHSPY = False
+#: Feasibility tolerance of solves that must not overrun a deadline by HiGHS's default
+#: 1e-6 (frontier points, `ExactModel.tighten`), on scaled models.
+EXACT_TOLERANCE = 1e-9
 
 
 def candidate_modes(ip: IndexedProblem) -> list[list[int]]:
     """Modes worth modelling per task: non-dominated (per setting when settings matter)."""
+    cached = ip.__dict__.get("_candidates")
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
     out: list[list[int]] = []
     on_chain = {i for pair in ip.chain_pairs for i in pair}
     for i in range(ip.n):
@@ -50,168 +55,282 @@ def candidate_modes(ip: IndexedProblem) -> list[list[int]]:
             out.append(pareto_modes_by_setting(ip.durations[i], ip.costs[i], ip.settings[i]))
         else:
             out.append(pareto_modes(ip.durations[i], ip.costs[i]))
+    ip._candidates = out  # type: ignore[attr-defined]
     return out
 
 
-def _var(
-    prob: pulp.LpProblem, name: str, lo: float | None, hi: float | None, cat: str = "Continuous"
-) -> pulp.LpVariable:
-    """A variable attached to `prob` (PuLP ≥ 3.3 API, falling back to the older one)."""
-    if hasattr(prob, "add_variable"):
-        return prob.add_variable(name, lo, hi, cat=cat)
-    return pulp.LpVariable(name, lo, hi, cat)  # pragma: no cover - older PuLP
+def milp_columns(ip: IndexedProblem) -> int:
+    """Binary mode columns of the exact model (every candidate mode of every task)."""
+    return sum(len(m) for m in candidate_modes(ip))
 
 
-@dataclass
-class MilpModel:
-    """A PuLP model of the problem with handles on its variables."""
+class _Rows:
+    """Triplets of a sparse constraint matrix, row by row."""
 
-    prob: pulp.LpProblem
-    x: list[dict[int, pulp.LpVariable]]
-    starts: list[pulp.LpVariable]
-    horizon: pulp.LpVariable
-    z: dict[tuple[int, int], pulp.LpVariable]
-    y: list[dict[Hashable, pulp.LpVariable]]
-    offset: float  # J, constant left out of the PuLP objective
+    def __init__(self) -> None:
+        self.r: list[np.ndarray] = []
+        self.c: list[np.ndarray] = []
+        self.v: list[np.ndarray] = []
+        self.lo: list[float | np.ndarray] = []
+        self.hi: list[float | np.ndarray] = []
+        self.count = 0
+
+    def block(
+        self, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, lo: np.ndarray, hi: np.ndarray
+    ) -> None:
+        """Rows numbered 0 … len(lo)−1 locally, appended after the rows so far."""
+        self.r.append(np.asarray(rows, dtype=np.int64) + self.count)
+        self.c.append(np.asarray(cols, dtype=np.int64))
+        self.v.append(np.asarray(vals, dtype=float))
+        self.lo.append(np.asarray(lo, dtype=float))
+        self.hi.append(np.asarray(hi, dtype=float))
+        self.count += len(lo)
+
+    def one(self, cols: Sequence[int], vals: Sequence[float], lo: float, hi: float) -> None:
+        """One row."""
+        self.block(np.zeros(len(cols)), np.asarray(cols), np.asarray(vals), [lo], [hi])
+
+    def matrix(self, ncol: int) -> tuple[sp.csc_matrix, np.ndarray, np.ndarray]:
+        a = sp.csc_matrix(
+            (np.concatenate(self.v), (np.concatenate(self.r), np.concatenate(self.c))),
+            shape=(self.count, ncol),
+        )
+        return a, np.concatenate(self.lo), np.concatenate(self.hi)
 
 
-def build_model(
-    ip: IndexedProblem,
-    deadline: float | None,
-    *,
-    relax: bool = False,
-    objective: str = "energy",
-) -> MilpModel:
-    """Build the model above.
+class ExactModel:
+    """The exact model above in HiGHS, for one problem.
+
+    Column layout: x (one per candidate mode of every task, task by task), y (one per
+    setting of every group), z (one per costed consecutive pair), S (n), H (1).
 
     Args:
-        ip: the problem.
-        deadline: s, or None (no bound on H).
+        ip: the problem (scaled: `solvers.scaling.scaled`).
+        deadline: in `ip`'s time unit, or None (no bound on H).
         relax: continuous x, y, z in [0, 1] (the LP relaxation).
         objective: ``"energy"``, or ``"makespan"`` to minimize H (fastest makespan).
     """
-    cat = pulp.LpContinuous if relax else pulp.LpBinary
-    prob = pulp.LpProblem("min_energy", pulp.LpMinimize)
-    cands = candidate_modes(ip)
-    x: list[dict[int, pulp.LpVariable]] = []
-    for i, ks in enumerate(cands):
-        x.append({k: _var(prob, f"x_{i}_{k}", 0, 1, cat) for k in ks})
-    starts = [_var(prob, f"S_{i}", 0, None) for i in range(ip.n)]
-    horizon = _var(prob, "H", 0, None if deadline is None else float(deadline))
-    dur = [pulp.lpSum(float(ip.durations[i][k]) * v for k, v in x[i].items()) for i in range(ip.n)]
-    for i in range(ip.n):
-        prob += pulp.lpSum(x[i].values()) == 1, f"one_{i}"
-    for u, v in zip(ip.edge_u.tolist(), ip.edge_v.tolist(), strict=False):
-        prob += starts[v] >= starts[u] + dur[u], f"edge_{u}_{v}"
-    for i in ip.sinks:
-        prob += horizon >= starts[i] + dur[i], f"end_{i}"
-    y: list[dict[Hashable, pulp.LpVariable]] = []
-    for g, members in enumerate(ip.groups):
-        yg = {s: _var(prob, f"y_{g}_{j}", 0, 1, cat) for j, s in enumerate(ip.group_settings[g])}
-        y.append(yg)
-        prob += pulp.lpSum(yg.values()) == 1, f"group_{g}"
-        for i in members:
-            for j, s in enumerate(ip.group_settings[g]):
-                prob += (
-                    pulp.lpSum(v for k, v in x[i].items() if ip.settings[i][k] == s) == yg[s],
-                    f"group_{g}_{i}_{j}",
+
+    def __init__(
+        self,
+        ip: IndexedProblem,
+        deadline: float | None,
+        *,
+        relax: bool = False,
+        objective: str = "energy",
+    ) -> None:
+        self.ip = ip
+        n = ip.n
+        self.modes = candidate_modes(ip)
+        sizes = np.array([len(m) for m in self.modes], dtype=np.int64)
+        self.first = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        nx = int(self.first[-1])
+        self.nx = nx
+        self.mode_of = np.concatenate([np.asarray(m, dtype=np.int64) for m in self.modes])
+        task_of = np.repeat(np.arange(n), sizes)
+        dur = np.concatenate([ip.durations[i][m] for i, m in enumerate(self.modes)])
+        cost = np.concatenate([ip.costs[i][m] for i, m in enumerate(self.modes)])
+        self.group_first = [nx]
+        for settings in ip.group_settings:
+            self.group_first.append(self.group_first[-1] + len(settings))
+        ny = self.group_first[-1] - nx
+        self.z_col = {pair: nx + ny + k for k, pair in enumerate(ip.chain_pairs)}
+        self.s0 = nx + ny + len(ip.chain_pairs)
+        self.h_col = self.s0 + n
+        ncol = self.h_col + 1
+        rows = _Rows()
+        rows.block(task_of, np.arange(nx), np.ones(nx), np.ones(n), np.ones(n))
+
+        def through(tasks: np.ndarray, other: np.ndarray, sign: float) -> None:
+            """Rows S_t + Σ d x_t + sign·other ≤ 0 for each t (other: a column each)."""
+            k = len(tasks)
+            counts = sizes[tasks]
+            row = np.repeat(np.arange(k), counts)
+            within = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+            cols = np.repeat(self.first[tasks], counts) + within
+            rows.block(
+                np.concatenate([row, np.arange(k), np.arange(k)]),
+                np.concatenate([cols, self.s0 + tasks, other]),
+                np.concatenate([dur[cols], np.ones(k), np.full(k, sign)]),
+                np.full(k, -INF),
+                np.zeros(k),
+            )
+
+        through(ip.edge_u, self.s0 + ip.edge_v, -1.0)
+        sinks = np.asarray(ip.sinks, dtype=np.int64)
+        through(sinks, np.full(len(sinks), self.h_col), -1.0)
+        upper = np.concatenate([np.ones(nx + ny + len(ip.chain_pairs)), np.full(n + 1, INF)])
+        for g, members in enumerate(ip.groups):
+            ys = list(range(self.group_first[g], self.group_first[g + 1]))
+            rows.one(ys, [1.0] * len(ys), 1.0, 1.0)
+            where = {s: j for j, s in enumerate(ip.group_settings[g])}
+            for i in members:
+                a = int(self.first[i])
+                for s, j in where.items():
+                    cols = [a + k for k, m in enumerate(self.modes[i]) if ip.settings[i][m] == s]
+                    rows.one([*cols, ys[j]], [1.0] * len(cols) + [-1.0], 0.0, 0.0)
+                # Modes whose setting no other member offers are never allowed.
+                for k, m in enumerate(self.modes[i]):
+                    if ip.settings[i][m] not in where:
+                        upper[a + k] = 0.0
+        for (a, b), z in self.z_col.items():
+            settings = list(dict.fromkeys([*ip.settings[a], *ip.settings[b]]))
+            for s in settings:
+                ca = [
+                    int(self.first[a]) + k
+                    for k, m in enumerate(self.modes[a])
+                    if ip.settings[a][m] == s
+                ]
+                cb = [
+                    int(self.first[b]) + k
+                    for k, m in enumerate(self.modes[b])
+                    if ip.settings[b][m] == s
+                ]
+                # z ≥ u_a − u_b and z ≤ 2 − u_a − u_b: z = 1 exactly on a change.
+                rows.one([z, *ca, *cb], [1.0] + [-1.0] * len(ca) + [1.0] * len(cb), 0.0, INF)
+                rows.one([z, *ca, *cb], [1.0] * (1 + len(ca) + len(cb)), -INF, 2.0)
+            ca = list(range(int(self.first[a]), int(self.first[a + 1])))
+            rows.one(
+                [self.s0 + a, *ca, z, self.s0 + b],
+                [1.0, *dur[ca].tolist(), float(ip.trans_time[b]), -1.0],
+                -INF,
+                0.0,
+            )
+        objective_cost = np.zeros(ncol)
+        if objective == "makespan":
+            objective_cost[self.h_col] = 1.0
+        else:
+            objective_cost[:nx] = cost
+            for (_, b), z in self.z_col.items():
+                objective_cost[z] = float(ip.trans_energy[b]) - float(ip.task_idle_w[b]) * float(
+                    ip.trans_time[b]
                 )
-            # Modes whose setting no other member offers are never allowed.
-            for k, v in x[i].items():
-                if ip.settings[i][k] not in yg:
-                    v.upBound = 0
-    z: dict[tuple[int, int], pulp.LpVariable] = {}
-    for a, b in ip.chain_pairs:
-        zab = _var(prob, f"z_{a}_{b}", 0, 1, cat)
-        z[(a, b)] = zab
-        settings = list(dict.fromkeys([*ip.settings[a], *ip.settings[b]]))
-        for j, s in enumerate(settings):
-            ua = pulp.lpSum(v for k, v in x[a].items() if ip.settings[a][k] == s)
-            ub = pulp.lpSum(v for k, v in x[b].items() if ip.settings[b][k] == s)
-            prob += zab >= ua - ub, f"chg_{a}_{b}_{j}"
-            prob += zab <= 2 - ua - ub, f"same_{a}_{b}_{j}"
-        prob += starts[b] >= starts[a] + dur[a] + float(ip.trans_time[b]) * zab, f"chain_{a}_{b}"
-    held = ip.problem.hold == "deadline" and deadline is not None
-    offset = ip.idle_total_w * float(deadline) if held else 0.0
-    if objective == "makespan":
-        prob += horizon
-        offset = 0.0
-    else:
-        terms = [float(ip.costs[i][k]) * v for i in range(ip.n) for k, v in x[i].items()]
-        terms += [
-            (float(ip.trans_energy[b]) - float(ip.task_idle_w[b]) * float(ip.trans_time[b])) * v
-            for (_, b), v in z.items()
+        self.objective = objective
+        matrix, row_lo, row_hi = rows.matrix(ncol)
+        self.model = Model(
+            objective_cost,
+            np.zeros(ncol),
+            upper,
+            matrix,
+            row_lo,
+            row_hi,
+            integer_columns=0 if relax else nx + ny + len(ip.chain_pairs),
+        )
+        self.upper = upper
+        self.set_deadline(deadline)
+
+    def set_deadline(self, deadline: float | None) -> None:
+        """Bound H ≤ deadline (None: no bound); with devices held to the deadline, S̄·H
+        becomes the constant S̄·deadline."""
+        self.model.set_bound(self.h_col, 0.0, INF if deadline is None else float(deadline))
+        if self.objective != "energy":
+            return
+        held = self.ip.problem.hold == "deadline" and deadline is not None
+        self.model.set_cost(self.h_col, 0.0 if held else self.ip.idle_total_w)
+        self.model.offset = self.ip.idle_total_w * float(deadline) if held else 0.0
+
+    def tighten(self, gap: float) -> None:
+        """Solve to relative gap `gap` with feasibility tolerances of `EXACT_TOLERANCE`
+        (at HiGHS's defaults a plan may overrun its deadline by a millionth)."""
+        self.model.set_option("mip_rel_gap", float(gap))
+        for option in ("mip_feasibility_tolerance", "primal_feasibility_tolerance"):
+            self.model.set_option(option, EXACT_TOLERANCE)
+
+    def column(self, i: int, mode: int) -> int:
+        """The x column of task i's mode (−1 when the mode is not a candidate)."""
+        try:
+            return int(self.first[i]) + self.modes[i].index(int(mode))
+        except ValueError:
+            return -1
+
+    def pin(self, modes: Sequence[int], free: np.ndarray) -> None:
+        """Free tasks choose among their modes; every other task is held to its mode."""
+        lo = np.zeros(self.nx)
+        hi = np.zeros(self.nx)
+        for i in range(self.ip.n):
+            a, b = int(self.first[i]), int(self.first[i + 1])
+            j = -1 if free[i] else self.column(i, modes[i])
+            if j < 0:
+                hi[a:b] = self.upper[a:b]
+            else:
+                lo[j] = hi[j] = 1.0
+        self.model.set_bounds(np.arange(self.nx), lo, hi)
+
+    def start(self, modes: Sequence[int]) -> None:
+        """Hand HiGHS the assignment `modes` as a starting solution."""
+        ip = self.ip
+        ev = ip.evaluate(modes)
+        x = np.zeros(self.model.num_cols)
+        for i, m in enumerate(modes):
+            j = self.column(i, m)
+            if j >= 0:
+                x[j] = 1.0
+        for g, members in enumerate(ip.groups):
+            s = ip.settings[members[0]][modes[members[0]]]
+            if s in ip.group_settings[g]:
+                x[self.group_first[g] + list(ip.group_settings[g]).index(s)] = 1.0
+        for (a, b), z in self.z_col.items():
+            x[z] = float(ip.settings[a][modes[a]] != ip.settings[b][modes[b]])
+        x[self.s0 : self.s0 + ip.n] = ev.starts
+        x[self.h_col] = ev.makespan
+        self.model.set_start(x)
+
+    def solve(
+        self,
+        budget: Budget,
+        *,
+        gap: float = 1e-4,
+        abs_gap: float = 0.0,
+        warm: Sequence[int] | None = None,
+        watch: Watch | None = None,
+    ) -> str:
+        """Run HiGHS within `budget`; one of `solvers.highs.STATUSES`.
+
+        Args:
+            budget: the time allowed.
+            gap: relative gap at which the MILP may stop.
+            abs_gap: absolute gap, in the model's energy units (HiGHS's default of 1e-6
+                would let it stop "optimal" far from the optimum on small numbers).
+            warm: a feasible assignment to start from.
+            watch: stops the MILP early (Ctrl-C, stop gap, stall) and receives its
+                incumbents and bounds.
+        """
+        self.model.set_option("mip_rel_gap", float(gap))
+        self.model.set_option("mip_abs_gap", float(abs_gap))
+        if warm is not None:
+            self.start(warm)
+        status = self.model.run(max(0.05, budget.remaining()), watch=watch)
+        interrupted = watch is not None and watch.interrupted
+        if warm is not None and not self.model.consistent() and not interrupted:
+            # HiGHS 1.16 can hand back the start unchanged with another solution's
+            # objective after presolve: solve again without the start.
+            self.model.highs.clearSolver()
+            status = self.model.run(max(0.05, budget.remaining()), watch=watch)
+        return status
+
+    def read_modes(self) -> list[int]:
+        """The mode with the largest x of every task in the solution."""
+        x = self.model.values()
+        return [
+            int(self.mode_of[self.first[i] + int(np.argmax(x[self.first[i] : self.first[i + 1]]))])
+            for i in range(self.ip.n)
         ]
-        if not held:
-            terms.append(ip.idle_total_w * horizon)
-        prob += pulp.lpSum(terms)
-    return MilpModel(prob, x, starts, horizon, z, y, offset)
 
+    def task_weights(self) -> list[dict[int, float]]:
+        """Per task, mode index → its x value in the solution."""
+        x = self.model.values()
+        return [
+            {int(m): float(x[self.first[i] + k]) for k, m in enumerate(self.modes[i])}
+            for i in range(self.ip.n)
+        ]
 
-class _WarmHiGHS(pulp.HiGHS):  # type: ignore[misc,valid-type]
-    """PuLP's HiGHS interface, also handing the variables' initial values to HiGHS and
-    running it under a `Watch` (see `run_watched`)."""
-
-    warm_start = False
-    watch: Watch | None = None
-    offset = 0.0
-
-    def callSolver(self, lp: pulp.LpProblem) -> None:  # noqa: N802 (PuLP's name)
-        if self.warm_start:
-            # Columns follow the `index` PuLP gave each variable when building.
-            values = [0.0] * lp.solverModel.getNumCol()
-            for v in lp.variables():
-                values[v.index] = float(v.varValue) if v.varValue is not None else 0.0
-            sol = highspy.HighsSolution()
-            sol.col_value = values
-            sol.value_valid = True
-            lp.solverModel.setSolution(sol)
-        run_watched(lp.solverModel, self.watch, self.offset)
-
-
-#: s between the main thread's looks at a MILP running on its worker thread.
-POLL_S = 0.05
-
-
-def run_watched(h: highspy.Highs, watch: Watch | None, offset: float = 0.0) -> None:
-    """Run a MILP in HiGHS, stopping it early when `watch` says so.
-
-    Without a watch this is ``h.run()``. With one, HiGHS runs on a worker thread (a
-    Ctrl-C reaches Python only between bytecodes, never inside ``run``), the main thread
-    waits and turns a KeyboardInterrupt into `Watch.interrupted`, and HiGHS's MIP
-    interrupt callback hands every incumbent and dual bound to the watch and stops the
-    search once the watch says so (interrupted, stop gap, stall). HiGHS then returns its
-    best solution as usual.
-
-    Args:
-        h: a HiGHS instance holding a MILP (PuLP's ``solverModel``, or our own).
-        watch: the solve's watch, or None.
-        offset: constant to add to HiGHS's objective values (J, the model's offset).
-    """
-    if watch is None:
-        h.run()
-        return
-
-    def on_interrupt(event: highspy.highs.HighsCallbackEvent) -> None:
-        out = event.data_out
-        watch.offer_bound(float(out.mip_dual_bound) + offset)
-        if float(out.mip_primal_bound) < highspy.kHighsInf:
-            watch.offer(float(out.mip_primal_bound) + offset)
-        if watch.should_stop():
-            event.interrupt()
-
-    h.cbMipInterrupt += on_interrupt
-    try:
-        h.startSolve()
-        done = False
-        while not done:
-            try:
-                done, _ = h.wait(POLL_S)
-            except KeyboardInterrupt:
-                # HiGHS stops at its next callback and hands back its incumbent.
-                watch.interrupted = True
-    finally:
-        h.cbMipInterrupt -= on_interrupt
+    def group_weights(self) -> list[dict[Hashable, float]]:
+        """Per group, setting → its y value in the solution."""
+        x = self.model.values()
+        return [
+            {s: float(x[self.group_first[g] + j]) for j, s in enumerate(settings)}
+            for g, settings in enumerate(self.ip.group_settings)
+        ]
 
 
 @dataclass
@@ -220,11 +339,11 @@ class MilpResult:
 
     Attributes:
         modes: mode index per task, or None when no integer solution was found.
-        bound: certified lower bound on the energy (J), nan when the solver gave none.
-        status: ``"optimal"``, ``"time_limit"``, ``"stopped"`` (by the watch) or
-            ``"infeasible"``/``"failed"``.
+        bound: certified lower bound on the energy (model units), nan when none.
+        status: one of `solvers.highs.STATUSES`.
         solver: solver name.
         message: details.
+        objective: the solution's objective (model units), nan without one.
     """
 
     modes: list[int] | None
@@ -235,178 +354,51 @@ class MilpResult:
     objective: float = math.nan
 
 
-def solver_name() -> str:
-    """The MILP engine in use: ``"HiGHS"`` or ``"CBC"``."""
-    return "HiGHS" if _HAVE_HIGHSPY else "CBC"
-
-
-def set_initial(model: MilpModel, ip: IndexedProblem, modes: Sequence[int]) -> None:
-    """Give every variable its value under an assignment (for warm starts)."""
-    ev = ip.evaluate(modes)
-    for i, xi in enumerate(model.x):
-        for k, v in xi.items():
-            v.setInitialValue(1.0 if k == modes[i] else 0.0)
-        model.starts[i].setInitialValue(float(ev.starts[i]))
-    model.horizon.setInitialValue(float(ev.makespan))
-    for g, yg in enumerate(model.y):
-        s = ip.settings[ip.groups[g][0]][modes[ip.groups[g][0]]]
-        for key, v in yg.items():
-            v.setInitialValue(1.0 if key == s else 0.0)
-    for (a, b), v in model.z.items():
-        v.setInitialValue(1.0 if ip.settings[a][modes[a]] != ip.settings[b][modes[b]] else 0.0)
-
-
-def _consistent(h: highspy.Highs) -> bool:
-    """True when the solution HiGHS returns has the objective HiGHS reports."""
-    info = h.getInfo()
-    if info.primal_solution_status != 2:
-        return True
-    x = np.asarray(h.getSolution().col_value)
-    value = float(np.dot(np.asarray(h.getLp().col_cost_), x)) + float(h.getLp().offset_)
-    obj = float(info.objective_function_value)
-    return abs(value - obj) <= 1e-6 * max(1.0, abs(obj))
-
-
-def solve_model(
-    model: MilpModel,
-    *,
-    time_limit: float,
-    gap: float,
-    warm: bool = False,
-    mip: bool = True,
-    abs_gap: float = 0.0,
-    watch: Watch | None = None,
-) -> tuple[str, float, float]:
-    """Run the solver on a built model.
-
-    Args:
-        model: the model (build it from a scaled problem: HiGHS's tolerances are
-            absolute, see `IndexedProblem.rescaled`).
-        time_limit: s.
-        gap: relative gap at which a MILP may stop.
-        warm: hand the variables' initial values to the solver.
-        mip: solve as a MILP (False: its LP relaxation).
-        abs_gap: absolute gap, in the model's energy units, at which a MILP may stop
-            (HiGHS's default of 1e-6 would let it stop "optimal" far from the optimum
-            on a model of small numbers).
-        watch: stops a MILP early (Ctrl-C, stop gap, stall) and receives its
-            incumbents and bounds.
-
-    Returns:
-        (status, objective J, bound J): status ``"optimal"``, ``"time_limit"``,
-        ``"infeasible"`` or ``"failed"``; objective and bound include the offset (nan
-        when unknown).
-    """
-    prob = model.prob
-    limit = max(0.05, float(time_limit))
-    if _HAVE_HIGHSPY:
-        new_highs()  # silences HiGHS's banner before PuLP makes its own instance
-
-        def highs(start: bool) -> _WarmHiGHS:
-            solver = _WarmHiGHS(
-                mip=mip, msg=False, timeLimit=limit, gapRel=gap, gapAbs=abs_gap, threads=1
-            )
-            solver.warm_start = start
-            solver.watch = watch if mip else None
-            solver.offset = model.offset
-            return solver
-
-        prob.solve(highs(warm))
-        h = prob.solverModel
-        if warm and not _consistent(h) and not (watch is not None and watch.interrupted):
-            # HiGHS 1.16 can return the start solution unchanged with another
-            # solution's objective after presolve; solve again without the start.
-            prob.solve(highs(False))
-            h = prob.solverModel
-        ms = h.getModelStatus()
-        info = h.getInfo()
-        st = highspy.HighsModelStatus
-        if ms == st.kInfeasible:
-            return "infeasible", math.nan, math.nan
-        has_sol = info.primal_solution_status == 2
-        if not mip:
-            if ms != st.kOptimal:
-                return "failed", math.nan, math.nan
-            obj = float(info.objective_function_value) + model.offset
-            return "optimal", obj, obj
-        bound = float(info.mip_dual_bound) + model.offset
-        obj = float(info.objective_function_value) + model.offset if has_sol else math.nan
-        if not has_sol:
-            stopped = {st.kTimeLimit: "time_limit", st.kInterrupt: "stopped"}
-            return stopped.get(ms, "failed"), math.nan, bound
-        if ms == st.kOptimal:
-            return "optimal", obj, bound
-        # Stopped by the watch (stop gap, stall, Ctrl-C): not a time limit.
-        return ("stopped" if ms == st.kInterrupt else "time_limit"), obj, bound
-    solver = pulp.PULP_CBC_CMD(
-        msg=False, timeLimit=limit, gapRel=gap, gapAbs=abs_gap, warmStart=warm, mip=mip
-    )
-    prob.solve(solver)
-    if prob.status == pulp.LpStatusInfeasible:
-        return "infeasible", math.nan, math.nan
-    if prob.sol_status == pulp.LpSolutionOptimal:
-        obj = float(pulp.value(prob.objective) or 0.0) + model.offset
-        # CBC stops at the requested relative gap: the bound is only known that far.
-        return "optimal", obj, obj * (1 - gap) if mip else obj
-    if prob.sol_status == pulp.LpSolutionIntegerFeasible:
-        obj = float(pulp.value(prob.objective) or 0.0) + model.offset
-        return "time_limit", obj, math.nan
-    return "failed", math.nan, math.nan
-
-
-def read_modes(model: MilpModel) -> list[int]:
-    """The mode with the largest x of every task in the solved model."""
-    out = []
-    for xi in model.x:
-        k, _ = max(xi.items(), key=lambda kv: (kv[1].varValue or 0.0, -kv[0]))
-        out.append(int(k))
-    return out
-
-
 def solve_milp(
     ip: IndexedProblem,
     deadline: float | None,
+    budget: Budget,
     *,
-    time_limit: float = 60.0,
     gap: float = 1e-4,
     warm: Sequence[int] | None = None,
     watch: Watch | None = None,
 ) -> MilpResult:
-    """Solve the exact model within a time limit, optionally warm-started.
+    """Solve the exact model within `budget`, optionally warm-started.
 
     Args:
-        ip: the problem (scaled: `IndexedProblem.rescaled`).
+        ip: the problem (scaled).
         deadline: in `ip`'s time unit, or None.
-        time_limit: s for the solver (model building comes on top).
+        budget: the time allowed, building the model included.
         gap: relative optimality gap at which the solver may stop.
         warm: a feasible assignment to start from.
         watch: stops the solver early and receives its incumbents and bounds.
     """
-    t0 = time.perf_counter()
-    model = build_model(ip, deadline)
-    if warm is not None:
-        set_initial(model, ip, warm)
-    left = time_limit - (time.perf_counter() - t0)
-    status, objective, bound = solve_model(
-        model, time_limit=left, gap=gap, warm=warm is not None, watch=watch
+    exact = ExactModel(ip, deadline)
+    status = exact.solve(budget, gap=gap, warm=warm, watch=watch)
+    bound = exact.model.dual_bound()
+    if not exact.model.has_solution():
+        if status in ("infeasible", "failed"):
+            message = f"{SOLVER_NAME} found no solution ({status})"
+            return MilpResult(None, math.nan, status, SOLVER_NAME, message)
+        return MilpResult(None, bound, status, SOLVER_NAME)
+    if status not in ("optimal", "stopped"):
+        status = "time_limit"  # a plan, not proven: the limit (or a solution limit) came
+    return MilpResult(
+        exact.read_modes(), bound, status, SOLVER_NAME, objective=exact.model.objective()
     )
-    name = solver_name()
-    if status in ("infeasible", "failed"):
-        return MilpResult(None, bound, status, name, f"{name} found no solution ({status})")
-    return MilpResult(read_modes(model), bound, status, name, objective=objective)
 
 
-def min_makespan(ip: IndexedProblem, time_limit: float = 60.0) -> tuple[float, list[int]]:
+def min_makespan(ip: IndexedProblem, budget: Budget | None = None) -> tuple[float, list[int]]:
     """The fastest makespan (in `ip`'s time unit) and an assignment achieving it, by MILP.
 
     Solved to a zero gap, absolute and relative: with HiGHS's default absolute gap of
     1e-6 a makespan in seconds could come back 1 µs above the fastest, and a deadline
-    between the two would be refused as infeasible. Scale `ip` first
-    (`IndexedProblem.rescaled`) so that the feasibility tolerances are relative too.
+    between the two would be refused as infeasible. Scale `ip` first so that the
+    feasibility tolerances are relative too.
     """
-    model = build_model(ip, None, objective="makespan")
-    status, _, _ = solve_model(model, time_limit=time_limit, gap=0.0, abs_gap=0.0)
-    if status in ("infeasible", "failed"):
+    exact = ExactModel(ip, None, objective="makespan")
+    exact.solve(budget or Budget.of(60.0), gap=0.0, abs_gap=0.0)
+    if not exact.model.has_solution():
         raise RuntimeError("could not compute the fastest makespan")
-    modes = read_modes(model)
+    modes = exact.read_modes()
     return ip.evaluate(modes).makespan, modes

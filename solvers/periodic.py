@@ -28,20 +28,20 @@ Assumptions:
 
 from __future__ import annotations
 
-import time
 from collections import Counter
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from dataclasses import dataclass
 
-import highspy
 import numpy as np
 import scipy.sparse as sp
 
+from solvers.budget import Budget
 from solvers.exceptions import SolverError
+from solvers.highs import INF, Model
 from solvers.hull import pareto_modes
 from solvers.improve import improve, repair
 from solvers.indexed import IndexedProblem, meets
-from solvers.lp import HullLP, LPPoint, highs_model, round_down
+from solvers.lp import HullLP, LPPoint, round_down
 
 #: A class needs at least this many tasks to count as repeated.
 MIN_REPEATS = 8
@@ -174,20 +174,25 @@ class CyclicModel:
     """The cyclic model of `block` consecutive ranks, built in HiGHS (see `cyclic_model`).
 
     Attributes:
-        highs: the model (not yet run).
+        model: the model (not yet run).
         modes: per class, the Pareto modes offered (mode indices).
         first: per (class, r) instance, its first mode column; instance c · block + r.
         block: ranks per period.
     """
 
-    highs: highspy.Highs
+    model: Model
     modes: list[list[int]]
     first: np.ndarray
     block: int
 
+    @property
+    def highs(self) -> object:
+        """The underlying HiGHS instance (for studies that set its options directly)."""
+        return self.model.highs
+
     def choice(self) -> list[list[int]]:
         """The solution's mode index per class and rank within the block."""
-        x = np.asarray(self.highs.getSolution().col_value)
+        x = self.model.values()
         out = []
         for c, modes in enumerate(self.modes):
             row = []
@@ -238,7 +243,7 @@ def cyclic_model(
             rows += [len(lo)] * (len(d) + 3)
             cols += [*range(first[a], first[a] + len(d)), offset + a, offset + b, period]
             vals += [*d.tolist(), 1.0, -1.0, -float((r + delta) // block)]
-            lo.append(-highspy.kHighsInf)
+            lo.append(-INF)
             hi.append(0.0)
     matrix = sp.csc_matrix((vals, (rows, cols)), shape=(len(lo), period + 1))
     matrix.sort_indices()
@@ -249,17 +254,17 @@ def cyclic_model(
             [0.0 if ip.problem.hold == "deadline" else ip.idle_total_w],
         ]
     )
-    col_lo = np.concatenate([np.zeros(nx), np.full(n, -highspy.kHighsInf), [0.0]])
-    col_hi = np.concatenate([np.ones(nx), np.full(n, highspy.kHighsInf), [period_max]])
+    col_lo = np.concatenate([np.zeros(nx), np.full(n, -INF), [0.0]])
+    col_hi = np.concatenate([np.ones(nx), np.full(n, INF), [period_max]])
     col_lo[offset] = col_hi[offset] = 0.0  # offsets are defined up to a translation
-    h = highs_model(
+    model = Model(
         cost, col_lo, col_hi, matrix, np.array(lo), np.array(hi), integer_columns=nx * integer
     )
-    return CyclicModel(h, modes, first, block)
+    return CyclicModel(model, modes, first, block)
 
 
 def cyclic_plan(
-    ip: IndexedProblem, rep: Repetition, period_max: float, time_limit: float
+    ip: IndexedProblem, rep: Repetition, period_max: float, budget: Budget
 ) -> list[int] | None:
     """The cheapest one-period plan: a mode index per class; None if none was found.
 
@@ -267,16 +272,14 @@ def cyclic_plan(
         ip: the problem.
         rep: its repetition.
         period_max: s, the longest period allowed.
-        time_limit: s for HiGHS.
+        budget: the time HiGHS may take.
     """
-    model = cyclic_model(ip, rep, period_max)
-    h = model.highs
-    h.setOptionValue("time_limit", float(time_limit))
-    h.setOptionValue("mip_rel_gap", CYCLIC_GAP)
-    h.run()
-    if h.getInfo().primal_solution_status != 2:  # no feasible solution
+    cyclic = cyclic_model(ip, rep, period_max)
+    cyclic.model.set_option("mip_rel_gap", CYCLIC_GAP)
+    cyclic.model.run(budget.remaining())
+    if not cyclic.model.has_solution():
         return None
-    return [row[0] for row in model.choice()]
+    return [row[0] for row in cyclic.choice()]
 
 
 def tiled_plans(
@@ -284,11 +287,12 @@ def tiled_plans(
     deadline: float,
     point: LPPoint,
     rep: Repetition,
-    time_left: Callable[[], float],
+    budget: Budget,
     *,
     step_estimate: float | None = None,
 ) -> list[list[int]]:
-    """Plans whose steady state repeats one cyclic plan, for periods near the LP's.
+    """The tiling stage: plans whose steady state repeats one cyclic plan, for periods
+    near the LP's.
 
     A tile is started only while the time left covers the part of it that cannot be
     interrupted, the cyclic MILP and the pinned LP solve (seconds on 4096 tasks):
@@ -301,15 +305,18 @@ def tiled_plans(
         point: the LP's optimum at `deadline` without pins (its steady period is the
             reference for the tiles').
         rep: the problem's repetition.
-        time_left: seconds the caller still allows.
+        budget: the time the stage may take.
         step_estimate: s; None: 3 × the LP's cold solve (the MILP takes at most half
-            the time left, the pinned LP solve about 1.5 × a cold one on 4096 tasks).
+            the time left, the pinned LP solve about 1.5 × a cold one on 4096 tasks),
+            or half of it for an LP without warm starts (`HullLP.warm`: presolve
+            removes the pinned tasks, most of the LP).
 
     Returns:
         Feasible, improved plans (possibly none).
     """
-    step = 3.0 * lp.cold_solve_s if step_estimate is None else step_estimate
-    if time_left() <= step:
+    per_cold = 3.0 if lp.warm else 0.5
+    step = per_cold * lp.cold_solve_s if step_estimate is None else step_estimate
+    if budget.remaining() <= step:
         return []
     ip = lp.ip
     lp.unfix_all()
@@ -318,10 +325,10 @@ def tiled_plans(
     inner = np.flatnonzero(rep.interior)
     plans = []
     for scale in PERIOD_SCALES:
-        if time_left() <= step:
+        if budget.remaining() <= step:
             break
-        started = time.perf_counter()
-        limit = min(CYCLIC_TIME_LIMIT, 0.5 * time_left())
+        took = budget.stopwatch()
+        limit = budget.child(CYCLIC_TIME_LIMIT, fraction=0.5)
         cyclic = cyclic_plan(ip, rep, scale * period, limit)
         if cyclic is None:
             continue
@@ -335,11 +342,11 @@ def tiled_plans(
             lp.unfix_all()
         if pinned is None:  # the tile leaves the warm-up and cool-down no room
             continue
-        step = time.perf_counter() - started
+        step = took()
         modes = round_down(lp, pinned.t)
         modes[inner] = tile
         plan = modes.tolist()
         if not meets(ip.evaluate(plan).makespan, deadline):
             plan = repair(ip, plan, deadline)
-        plans.append(improve(ip, plan, deadline, time_limit=max(0.0, time_left())))
+        plans.append(improve(ip, plan, deadline, budget))
     return plans

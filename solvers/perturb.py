@@ -17,12 +17,12 @@ Assumptions:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 import numpy as np
 
-from solvers.improve import _padded, improve
+from solvers.budget import Budget
+from solvers.improve import improve, pareto_table
 from solvers.indexed import IndexedProblem, meets
 from solvers.stopping import Watch
 
@@ -37,8 +37,8 @@ def perturb_search(
     ip: IndexedProblem,
     modes: Sequence[int],
     deadline: float | None,
+    budget: Budget,
     *,
-    time_limit: float,
     seed: int = 0,
     patience: int = PATIENCE,
     watch: Watch | None = None,
@@ -49,7 +49,7 @@ def perturb_search(
         ip: the problem (uncoupled).
         modes: a plan that meets `deadline`.
         deadline: s, or None (the makespan is then free; the energy still counts it).
-        time_limit: s of wall time at most.
+        budget: the time allowed.
         seed: seeds the windows drawn; the same seed and time give the same steps.
         patience: stop after this many steps in a row bring nothing.
         watch: receives every cheaper plan; the search stops when it says so (stop gap,
@@ -58,18 +58,17 @@ def perturb_search(
     Returns:
         A plan meeting `deadline` whose energy is no higher than that of `modes`.
     """
-    t0 = time.perf_counter()
     best = [int(m) for m in modes]
-    if ip.n == 0 or time_limit <= 0:
+    if ip.n == 0 or budget.expired():
         return best
     best_e = ip.evaluate(best, deadline).energy
-    idx, _, _ = _padded(ip)
+    idx, _, _ = pareto_table(ip)
     rng = np.random.default_rng(seed)
     lo, hi = np.log(WIDTH_RANGE[0]), np.log(WIDTH_RANGE[1])
     idle = 0
     starts = ip.evaluate(best).starts
     makespan = float(np.max(starts + ip.durations_of(best)))
-    while time.perf_counter() - t0 < time_limit and idle < patience:
+    while not budget.expired() and idle < patience:
         if watch is not None and watch.should_stop():
             return best
         width = float(np.exp(rng.uniform(lo, hi))) * makespan
@@ -80,10 +79,7 @@ def perturb_search(
             at = np.flatnonzero(idx[i] == trial[i])
             if len(at) and at[0] > 0:
                 trial[i] = int(idx[i, at[0] - 1])
-        left = time_limit - (time.perf_counter() - t0)
-        if left <= 0:
-            break
-        trial = improve(ip, trial, deadline, time_limit=left)
+        trial = improve(ip, trial, deadline, budget)
         ev = ip.evaluate(trial, deadline)
         if meets(ev.makespan, deadline) and ev.energy < best_e - 1e-12 * max(1.0, abs(best_e)):
             best, best_e = trial, ev.energy

@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import bisect
 import math
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from solvers.budget import now
 from solvers.solution import relative_gap
 
 #: Default `StopRule.gap`: a certified gap this small ends the search.
@@ -98,7 +98,7 @@ class Watch:
     """
 
     rule: StopRule = field(default_factory=StopRule)
-    clock: Callable[[], float] = time.perf_counter
+    clock: Callable[[], float] = now
     started: float = math.nan
     best: float = math.inf
     bound: float = math.nan

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from solvers import Mode
+from solvers.budget import Budget
 from solvers.indexed import IndexedProblem, meets
 from solvers.lp import HullLP
 from solvers.periodic import (
@@ -18,8 +19,9 @@ from solvers.periodic import (
     find_repetition,
     tiled_plans,
 )
-from solvers.relax import relax_once, relax_search
+from solvers.relax import relax_once
 from solvers.solve import fastest_plan
+from solvers.stages import relax_plan
 
 
 def convex_modes(s: int, k: str, count: int = 6) -> tuple[Mode, ...]:
@@ -111,7 +113,7 @@ def test_cyclic_plan_matches_brute_force(bf, seed: int) -> None:
     best = min(
         objective(c) for c in itertools.product(*(range(len(ip.durations[i])) for i in rep.members))
     )
-    got = cyclic_plan(ip, rep, period_max, time_limit=30.0)
+    got = cyclic_plan(ip, rep, period_max, Budget.of(30.0))
     assert got is not None
     assert objective(got) == pytest.approx(best, rel=CYCLIC_GAP)
 
@@ -123,8 +125,8 @@ def test_cyclic_plan_below_the_fastest_period_is_none(bf) -> None:
     fast = cycle_period(
         [float(ip.durations[i].min()) for i in rep.members], rep.edges, len(rep.members)
     )
-    assert cyclic_plan(ip, rep, 0.99 * fast, time_limit=30.0) is None
-    assert cyclic_plan(ip, rep, 1.001 * fast, time_limit=30.0) is not None
+    assert cyclic_plan(ip, rep, 0.99 * fast, Budget.of(30.0)) is None
+    assert cyclic_plan(ip, rep, 1.001 * fast, Budget.of(30.0)) is not None
 
 
 @pytest.mark.parametrize("slack", [1.02, 1.05, 1.10])
@@ -137,7 +139,7 @@ def test_tiled_plans_meet_the_deadline_and_respect_the_bound(bf, slack: float) -
     lp = HullLP(ip)
     once = relax_once(lp, deadline)
     bound = once.bound
-    plans = tiled_plans(lp, deadline, once.lp_point, rep, lambda: 60.0)
+    plans = tiled_plans(lp, deadline, once.lp_point, rep, Budget.of(60.0))
     assert plans
     for plan in plans:
         ev = ip.evaluate(plan, deadline)
@@ -146,8 +148,8 @@ def test_tiled_plans_meet_the_deadline_and_respect_the_bound(bf, slack: float) -
     assert not lp.fixed.any()
 
 
-def test_relax_search_keeps_the_best_tiled_plan(bf, monkeypatch) -> None:
-    import solvers.relax as relax
+def test_relax_stages_keep_the_best_tiled_plan(bf, monkeypatch) -> None:
+    import solvers.stages as stages
 
     seen: list[list[int]] = []
 
@@ -156,12 +158,12 @@ def test_relax_search_keeps_the_best_tiled_plan(bf, monkeypatch) -> None:
         seen.extend(plans)
         return plans
 
-    monkeypatch.setattr(relax, "tiled_plans", recording)
+    monkeypatch.setattr(stages, "tiled_plans", recording)
     ip = IndexedProblem(bf.one_f_one_b(4, 24, convex_modes))
-    t_fast, _ = fastest_plan(ip)
+    t_fast, fast = fastest_plan(ip)
     deadline = 1.05 * t_fast
-    found = relax_search(HullLP(ip), deadline, t_fast, time_limit=5.0)
-    assert seen, "relax_search did not tile this pipeline"
+    found = relax_plan(ip, deadline, fast, t_fast, Budget.of(5.0))
+    assert seen, "the relax stages did not tile this pipeline"
     best_tiled = min(ip.evaluate(plan, deadline).energy for plan in seen)
     e_found = ip.evaluate(found.modes, deadline).energy
     assert meets(ip.evaluate(found.modes).makespan, deadline)
@@ -175,8 +177,8 @@ def test_no_tiling_when_the_time_is_spent(bf) -> None:
     t_fast, _ = fastest_plan(ip)
     lp = HullLP(ip)
     point = relax_once(lp, 1.05 * t_fast).lp_point
-    assert tiled_plans(lp, 1.05 * t_fast, point, rep, lambda: 0.0) == []
-    assert tiled_plans(lp, 1.05 * t_fast, point, rep, lambda: 1.0, step_estimate=2.0) == []
+    assert tiled_plans(lp, 1.05 * t_fast, point, rep, Budget.of(0.0)) == []
+    assert tiled_plans(lp, 1.05 * t_fast, point, rep, Budget.of(1.0), step_estimate=2.0) == []
 
 
 def test_longer_blocks_contain_the_shorter_ones(bf) -> None:

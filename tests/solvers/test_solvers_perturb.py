@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from solvers.budget import Budget
 from solvers.improve import improve
 from solvers.indexed import IndexedProblem, meets
 from solvers.perturb import perturb_search
@@ -19,7 +20,7 @@ def test_plan_meets_the_deadline_and_never_gets_worse(bf, seed: int) -> None:
     ip = IndexedProblem(problem)
     _, fast = fastest_plan(ip)
     start = improve(ip, fast, deadline)
-    out = perturb_search(ip, start, deadline, time_limit=30.0, patience=50)
+    out = perturb_search(ip, start, deadline, Budget.of(30.0), patience=50)
     assign = {name: out[i] for i, name in enumerate(ip.names)}
     makespan, energy = bf.true_evaluate(problem, assign, deadline)
     _, start_energy = bf.true_evaluate(
@@ -37,7 +38,7 @@ def test_finds_plans_that_single_slowdowns_cannot_reach(bf) -> None:
     _, fast = fastest_plan(ip)
     start = improve(ip, fast, deadline)
     e_start = ip.evaluate(start, deadline).energy
-    out = perturb_search(ip, start, deadline, time_limit=30.0, patience=200)
+    out = perturb_search(ip, start, deadline, Budget.of(30.0), patience=200)
     ev = ip.evaluate(out, deadline)
     assert meets(ev.makespan, deadline)
     # `start` is a local optimum of `improve`; perturbation must get past it.
@@ -49,8 +50,8 @@ def test_same_seed_same_plan(bf) -> None:
     ip = IndexedProblem(problem)
     _, fast = fastest_plan(ip)
     start = improve(ip, fast, deadline)
-    a = perturb_search(ip, start, deadline, time_limit=60.0, patience=40, seed=7)
-    b = perturb_search(ip, start, deadline, time_limit=60.0, patience=40, seed=7)
+    a = perturb_search(ip, start, deadline, Budget.of(60.0), patience=40, seed=7)
+    b = perturb_search(ip, start, deadline, Budget.of(60.0), patience=40, seed=7)
     assert a == b
 
 
@@ -58,4 +59,4 @@ def test_no_time_returns_the_start_plan(bf) -> None:
     problem, deadline = bf.pipeline_problem(2, 3)
     ip = IndexedProblem(problem)
     _, fast = fastest_plan(ip)
-    assert perturb_search(ip, fast, deadline, time_limit=0.0) == [int(m) for m in fast]
+    assert perturb_search(ip, fast, deadline, Budget.of(0.0)) == [int(m) for m in fast]

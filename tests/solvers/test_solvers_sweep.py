@@ -5,10 +5,12 @@ from __future__ import annotations
 import pytest
 
 from solvers import Problem
+from solvers.budget import Budget
 from solvers.indexed import IndexedProblem, meets
 from solvers.lp import HullLP
-from solvers.relax import relax_once, relax_search, sweep
+from solvers.relax import relax_once, sweep
 from solvers.solve import fastest_plan
+from solvers.stages import relax_plan
 
 SEEDS = range(16)
 
@@ -27,7 +29,7 @@ def test_sweep_plan_is_feasible_and_no_better_than_the_optimum(bf, seed: int, st
     problem, ip, lp, deadline, t_fast = _setup(bf, seed)
     if not meets(t_fast, deadline):
         pytest.fail("deadline_between gave a deadline below the fastest makespan")
-    res, step_cost, end_cost = sweep(lp, t_fast, deadline, steps, lambda: 60.0, stop=deadline)
+    res, step_cost, end_cost = sweep(lp, t_fast, deadline, steps, Budget.of(60.0), stop=deadline)
     assert res is not None and step_cost >= 0 and end_cost >= 0
     assign = {name: res.modes[i] for i, name in enumerate(ip.names)}
     makespan, energy = bf.true_evaluate(problem, assign, deadline)
@@ -40,7 +42,7 @@ def test_sweep_plan_is_feasible_and_no_better_than_the_optimum(bf, seed: int, st
 @pytest.mark.parametrize("seed", SEEDS)
 def test_sweep_without_time_still_ends_at_the_deadline(bf, seed: int) -> None:
     problem, ip, lp, deadline, t_fast = _setup(bf, seed)
-    res, _, _ = sweep(lp, t_fast, deadline, 50, lambda: 0.0, stop=deadline)
+    res, _, _ = sweep(lp, t_fast, deadline, 50, Budget.of(0.0), stop=deadline)
     assert res is not None
     assign = {name: res.modes[i] for i, name in enumerate(ip.names)}
     assert bf.true_evaluate(problem, assign, deadline)[0] <= deadline * (1 + 1e-9)
@@ -50,7 +52,7 @@ def test_sweep_without_time_still_ends_at_the_deadline(bf, seed: int) -> None:
 def test_search_keeps_the_best_plan(bf, seed: int) -> None:
     _, ip, lp, deadline, t_fast = _setup(bf, seed)
     once = relax_once(lp, deadline)
-    best = relax_search(lp, deadline, t_fast, time_limit=30.0)
+    best = relax_plan(ip, deadline, fastest_plan(ip)[1], t_fast, Budget.of(30.0), lp=lp)
     assert once is not None and best is not None
     e_once = ip.evaluate(once.modes, deadline).energy
     e_best = ip.evaluate(best.modes, deadline).energy
