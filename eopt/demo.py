@@ -341,13 +341,9 @@ def _pipeline_with_allreduce(
 
 
 def _write_frontier(path: Path, points: Sequence[Any]) -> None:
-    import csv
+    from eopt.frontier_table import write_frontier_csv
 
-    rows = [p.to_row() for p in points]  # the layout of `eopt solve --frontier`
-    with path.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]) if rows else ["makespan_s"])
-        writer.writeheader()
-        writer.writerows(rows)
+    write_frontier_csv(path, [p.to_row() for p in points])  # `eopt solve --frontier`'s layout
 
 
 def _act(schedule: Any, sim_model: str, seed: int) -> tuple[list[str], str, dict[str, Any]]:

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.special import ndtr
 
+from eopt.calculus.operators import clark_max
 from eopt.calculus.signature import Signature
 from eopt.calculus.uncertainty import c_alpha
 
@@ -210,23 +210,6 @@ def _nondominated(columns: Sequence[np.ndarray]) -> np.ndarray:
         kept[count] = row
         count += 1
     return keep
-
-
-# Vectorised Clark moments of max(X, Y) for independent Gaussians --------------------------
-def _clark_pair(
-    mu1: np.ndarray, var1: np.ndarray, mu2: np.ndarray, var2: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    a2 = var1 + var2
-    a = np.sqrt(a2)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        alpha = np.where(a2 > 0, (mu1 - mu2) / np.where(a2 > 0, a, 1.0), 0.0)
-    cdf, cdf_neg = ndtr(alpha), ndtr(-alpha)
-    pdf = np.exp(-0.5 * alpha**2) / math.sqrt(2.0 * math.pi)
-    m1 = mu1 * cdf + mu2 * cdf_neg + a * pdf
-    m2 = (mu1**2 + var1) * cdf + (mu2**2 + var2) * cdf_neg + (mu1 + mu2) * a * pdf
-    var = np.maximum(0.0, m2 - m1**2)
-    degenerate = a2 <= 0
-    return np.where(degenerate, np.maximum(mu1, mu2), m1), np.where(degenerate, 0.0, var)
 
 
 # The frontier -----------------------------------------------------------------------------
@@ -438,7 +421,7 @@ class Frontier:
         jj = np.array([j for _, j in pairs])
         ca, cb = _Columns.of(a), _Columns.of(b)
         s = ca.s[ii]
-        _, var_max = _clark_pair(ca.t[ii], ca.vt[ii], cb.t[jj], cb.vt[jj])
+        _, var_max = clark_max(ca.t[ii], ca.vt[ii], cb.t[jj], cb.vt[jj])
         t = np.maximum(ca.t[ii], cb.t[jj])
         d = ca.d[ii] + cb.d[jj]
         e = s * t + d
@@ -474,7 +457,7 @@ class Frontier:
         idle_b = cb.s[jj] if other_idle_power is None else np.full(jj.size, float(other_idle_power))
         e = ca.e[ii] + cb.e[jj] + idle_a * (t - ta) + idle_b * (t - tb)
         d = ca.d[ii] + cb.d[jj]
-        _, var_max = _clark_pair(ta, ca.vt[ii], tb, cb.vt[jj])
+        _, var_max = clark_max(ta, ca.vt[ii], tb, cb.vt[jj])
         var_d = _var_dynamic(ca, ii) + _var_dynamic(cb, jj)
         ve = var_d + (ca.s[ii] + cb.s[jj]) ** 2 * var_max
         return self._from_pairs(other, a, b, ii, jj, t, e, var_max, ve, d, same_device=False)

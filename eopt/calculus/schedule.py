@@ -32,17 +32,14 @@ from eopt.calculus.operators import CompositionError, idle, par, par_multi, seq
 from eopt.calculus.signature import Signature
 from eopt.calculus.uncertainty import BiasBound, accumulated_bias
 from eopt.fileformats import (
+    KINDS,
     FileFormatError,
     Where,
     guard,
-    mapping,
-    number,
     parse_json,
     parse_yaml,
     read_text,
     refuse_other_kind,
-    required,
-    sequence,
     string,
     within_run,
 )
@@ -372,7 +369,6 @@ class PlacementFile:
 
 
 _PLACEMENT_KEYS = {"element", "device", "start"}
-_SOLVED_SCHEMA = "eopt.schedule/1"  # what `eopt solve` writes
 
 
 def _item_lines(text: str) -> list[int]:
@@ -441,7 +437,7 @@ def _read_placements(path: Path, at: Where, library: Iterable[Signature]) -> Pla
     else:
         data = parse_yaml(text, at, language="YAML/JSON")
     idle_raw: Any = None
-    if isinstance(data, Mapping) and data.get("schema") == _SOLVED_SCHEMA:
+    if isinstance(data, Mapping) and data.get("schema") == KINDS["schedule"].schema:
         return _solved_schedule(data, library, at)
     if isinstance(data, Mapping):
         unknown = sorted(str(k) for k in data if k not in {"placements", "idle_power", "schema"})
@@ -507,75 +503,47 @@ def _solved_schedule(
 ) -> PlacementFile:
     """Placements of an ``eopt.schedule/1`` file (the output of ``eopt solve``).
 
-    Validates what composition uses, by the schedule format's rules: devices with a name
-    and an idle power ≥ 0; elements on those devices, starting at ≥ 0 s, taking > 0 s,
-    and ending by the makespan where the file gives one.
+    The file is validated by the schedule format's own parser
+    (:meth:`eopt.plan.schedule.Schedule.from_dict`); each element's type, κ and ω then
+    pick its signature, whose time must be the schedule's duration.
     """
+    # Imported here: the plan layer builds on the calculus, not the other way round.
     from eopt.calculus.expression import selector_for
-    from eopt.devices.operating_point import OperatingPoint
+    from eopt.plan.schedule import Schedule
 
+    schedule = Schedule.from_dict(data, at.file, error=PlacementsError)
+    if not schedule.elements:
+        (at / "elements").fail("expected a non-empty list of elements")
     sigs = list(library)
-    devices = sequence(required(data, "devices", at), at / "devices")
-    elements = sequence(required(data, "elements", at), at / "elements", nonempty=True)
-    makespan = data.get("makespan")
-    if makespan is not None:
-        makespan = number(makespan, at / "makespan", unit="s", positive=True)
-    idle_power: dict[str, float] = {}
-    # Per device, (time s, energy J) of one change of its device-wide setting.
-    transition: dict[str, tuple[float, float]] = {}
-    for i, dev in enumerate(devices):
-        where = at / "devices" / i
-        dev = mapping(dev, where, what="an object with name and idle_power_w")
-        name = string(required(dev, "name", where), where / "name", what="a device name")
-        idle = required(dev, "idle_power_w", where)
-        idle_power[name] = number(idle, where / "idle_power_w", unit="W", min=0)
-        tau = number(
-            dev.get("transition_time_s", 0.0), where / "transition_time_s", unit="s", min=0
-        )
-        eps = number(
-            dev.get("transition_energy_j", 0.0), where / "transition_energy_j", unit="J", min=0
-        )
-        if tau or eps:
-            transition[name] = (tau, eps)
     placements: list[Placement] = []
-    for i, e in enumerate(elements):
-        where = at / "elements" / i
-        e = mapping(e, where)
-        name = string(required(e, "name", where), where / "name", what="an element name")
-        where = replace(where, path=f"{where.path} ({name})")
-        kind = string(e.get("type", name), where / "type", what="an element type")
-        device = string(required(e, "device", where), where / "device", what="a device name")
-        if device not in idle_power:
-            (where / "device").fail(
-                f"device {device!r} is not among the schedule's devices {sorted(idle_power)}"
-            )
-        start = number(required(e, "start", where), where / "start", unit="s")
-        impl = string(e.get("impl", "default"), where / "impl", what="an implementation name")
-        try:
-            op_point = OperatingPoint.from_dict(e.get("op_point"))
-        except ValueError as exc:
-            where.fail(str(exc))
-        named = [s for s in sigs if s.name == kind]
-        found = [s for s in named if s.impl == impl and s.op_point == op_point]
+    for i, element in enumerate(schedule.elements):
+        where = replace(at / "elements" / i, path=f"{(at / 'elements' / i).path} ({element.name})")
+        named = [s for s in sigs if s.name == element.type]
+        found = [s for s in named if s.impl == element.impl and s.op_point == element.op_point]
         if not found:
             choices = "; ".join(selector_for(s, named) for s in named[:8]) or "none"
             where.fail(
-                f"no signature {kind!r} with impl={impl} at {op_point.label()} in the "
-                f"libraries (signatures of {kind!r}: {choices}); pass the libraries the "
-                "schedule was solved with"
+                f"no signature {element.type!r} with impl={element.impl} at "
+                f"{element.op_point.label()} in the libraries (signatures of "
+                f"{element.type!r}: {choices}); pass the libraries the schedule was solved with"
             )
         sig = found[0]
-        if e.get("duration") is not None:
-            duration = number(e["duration"], where / "duration", unit="s", positive=True)
-            if not math.isclose(duration, sig.time, rel_tol=1e-6, abs_tol=1e-12):
-                where.fail(
-                    f"the schedule says {duration:g} s but the library's signature takes "
-                    f"{sig.time:g} s; pass the libraries the schedule was solved with"
-                )
-        run = makespan if makespan is not None else math.inf
-        start = within_run(start, start + sig.time, run, where, run_name="makespan")
-        placements.append(Placement(sig.on(device), device, start))
+        if not math.isclose(element.duration, sig.time, rel_tol=1e-6, abs_tol=1e-12):
+            where.fail(
+                f"the schedule says {element.duration:g} s but the library's signature takes "
+                f"{sig.time:g} s; pass the libraries the schedule was solved with"
+            )
+        start = within_run(
+            element.start, element.start + sig.time, schedule.makespan, where, run_name="makespan"
+        )
+        placements.append(Placement(sig.on(element.device), element.device, start))
+    transition = {
+        d.name: (d.transition_time_s, d.transition_energy_j)
+        for d in schedule.devices
+        if d.has_transition
+    }
     placements += _setting_changes(placements, transition, at)
+    idle_power = {d.name: d.idle_power_w for d in schedule.devices}
     return PlacementFile(tuple(placements), idle_power, at.file)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ from eopt.calculus.library import Library
 from eopt.cli._common import UserError, console, write_json
 from eopt.cli.sweep import Number
 from eopt.frontier import Frontier
+from eopt.frontier_table import write_frontier_csv
 
 __all__ = ["command"]
 
@@ -101,10 +101,7 @@ def command(
     frontiers = _frontiers(library, elements, dominance, confidence)
     rows = _rows(frontiers)
     if csv_path is not None:
-        with csv_path.open("w", newline="", encoding="utf-8") as handle:
-            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+        write_frontier_csv(csv_path, rows)
     if plot is not None:
         from eopt.report.frontier_plot import plot_element_frontiers
 

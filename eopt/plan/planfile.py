@@ -91,7 +91,12 @@ class PlanError(FileFormatError):
 
 @dataclass(frozen=True)
 class PlanDevice:
-    """A device of a plan.
+    """A device of a plan, and of the schedules solved from it.
+
+    One class for both: a schedule carries its plan's devices as they are
+    (``eopt.plan.schedule.DeviceInfo`` is this class). The two files lay a device out
+    differently — a plan nests ``transition: {time_s, energy_j}``, a schedule writes
+    ``transition_time_s``/``transition_energy_j`` flat — but read into this one value.
 
     Attributes:
         name: The plan's name for the device (e.g. ``stage0``).

@@ -35,6 +35,7 @@ from eopt.fileformats import (
     string,
     within_run,
 )
+from eopt.plan.planfile import PlanDevice
 
 __all__ = [
     "SCHEMA",
@@ -87,23 +88,9 @@ class ScheduledElement:
         return self.start + self.duration
 
 
-@dataclass(frozen=True)
-class DeviceInfo:
-    """A plan device.
-
-    Attributes:
-        name: The plan's device name (e.g. ``stage0``).
-        idle_power_w: s̄, its draw while idle/blocked, in W.
-        gpu: The physical GPU index it maps to, when known.
-        transition_time_s: Time paid each time its device-wide setting changes, in s.
-        transition_energy_j: Energy paid each time its device-wide setting changes, in J.
-    """
-
-    name: str
-    idle_power_w: float
-    gpu: int | None = None
-    transition_time_s: float = 0.0
-    transition_energy_j: float = 0.0
+DeviceInfo = PlanDevice
+"""A schedule's device is the plan's device (:class:`eopt.plan.planfile.PlanDevice`);
+the name stays for importers."""
 
 
 @dataclass(frozen=True)
@@ -127,7 +114,7 @@ class Schedule:
     """
 
     elements: tuple[ScheduledElement, ...]
-    devices: tuple[DeviceInfo, ...]
+    devices: tuple[PlanDevice, ...]
     makespan: float
     energy: float
     energy_std: float = 0.0
@@ -149,7 +136,7 @@ class Schedule:
         c = c_alpha(self.confidence)
         return (self.energy - c * self.energy_std, self.energy + c * self.energy_std)
 
-    def device(self, name: str) -> DeviceInfo:
+    def device(self, name: str) -> PlanDevice:
         """The device called ``name``."""
         for d in self.devices:
             if d.name == name:
@@ -271,18 +258,27 @@ class Schedule:
         }
 
     @classmethod
-    def from_dict(cls, data: Any, source: str = "<schedule>") -> Schedule:
-        """Inverse of :meth:`to_dict`, validating every field.
+    def from_dict(
+        cls, data: Any, source: str = "<schedule>", error: type[ValueError] = ScheduleError
+    ) -> Schedule:
+        """Inverse of :meth:`to_dict`, validating every field: the one parser of
+        ``eopt.schedule/1`` (``eopt compose`` reads solved schedules through it too).
 
         Beyond types: the makespan and every duration are > 0; energies, powers and
         variances ≥ 0; every element lies inside [0, makespan] (up to rounding); an
         element's dynamic part is at most its energy; the lower bound is at most the
-        predicted energy and the gap lies in [0, 1].
+        predicted energy and the gap lies in [0, 1]. Top-level keys it does not know
+        (blocks later versions add) are accepted and ignored.
+
+        Args:
+            data: The parsed JSON.
+            source: The file's name, for messages.
+            error: The error type to raise (a reader embedding schedules passes its own).
 
         Raises:
-            ScheduleError: naming ``source`` and the offending field.
+            ScheduleError: (or ``error``) naming ``source`` and the offending field.
         """
-        at = Where(source, error=ScheduleError)
+        at = Where(source, error=error)
         data = mapping(data, at, what="a JSON object at the top level")
         if data.get("schema") != SCHEMA:
             (at / "schema").fail(
@@ -354,7 +350,7 @@ _REL_TOL = 1e-6
 _ABS_TOL_J = 1e-9
 
 
-def _device_dict(d: DeviceInfo) -> dict[str, Any]:
+def _device_dict(d: PlanDevice) -> dict[str, Any]:
     out: dict[str, Any] = {"name": d.name, "idle_power_w": d.idle_power_w, "gpu": d.gpu}
     # Written only where a device pays them, so files without them stay as they were.
     if d.transition_time_s or d.transition_energy_j:
@@ -363,10 +359,10 @@ def _device_dict(d: DeviceInfo) -> dict[str, Any]:
     return out
 
 
-def _device(data: Any, at: Where) -> DeviceInfo:
+def _device(data: Any, at: Where) -> PlanDevice:
     data = mapping(data, at, what="an object with name and idle_power_w")
     gpu = data.get("gpu")
-    return DeviceInfo(
+    return PlanDevice(
         name=string(required(data, "name", at), at / "name", what="a device name"),
         idle_power_w=number(
             required(data, "idle_power_w", at), at / "idle_power_w", unit="W", min=0

@@ -1,8 +1,10 @@
-"""Readers for the report's inputs other than schedules and libraries.
+"""Readers for the report's inputs other than schedules and libraries, and the writer
+of frontier tables.
 
 - Frontier tables (``.csv``) as written by ``eopt solve --frontier`` (one plan-level point
   a row: makespan, energy, lower bound …) or ``eopt frontier --csv`` (an ``element``
-  column, one Pareto point a row).
+  column, one Pareto point a row); both commands write through
+  :func:`eopt.frontier_table.write_frontier_csv` (re-exported here).
 - Measurement results (``.json``) as written by ``eopt measure --json``: regions with
   inclusive energy and time, and the power samples.
 
@@ -35,6 +37,7 @@ from eopt.fileformats import (
     string,
     within_run,
 )
+from eopt.frontier_table import ENERGY_COLUMNS, TIME_COLUMNS, write_frontier_csv
 
 __all__ = [
     "FrontierRow",
@@ -43,6 +46,7 @@ __all__ = [
     "ReportInputError",
     "read_frontier_csv",
     "read_measurement",
+    "write_frontier_csv",
 ]
 
 
@@ -73,8 +77,8 @@ class FrontierRow:
     label: str = ""
 
 
-_TIME = ("makespan", "makespan_s", "time", "time_s", "t")
-_ENERGY = ("energy", "energy_j", "e", "predicted")
+_TIME = TIME_COLUMNS
+_ENERGY = ENERGY_COLUMNS
 _STD = ("energy_std", "energy_std_j", "std", "std_j", "sigma", "std_energy")
 _VAR = ("var_energy", "var_energy_j2")
 _LOW = ("energy_low", "energy_low_j", "ci_low", "energy_ci_low", "low")

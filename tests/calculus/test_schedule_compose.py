@@ -216,8 +216,13 @@ def test_read_solved_schedule_matches_the_solver_accounting(tmp_path: Path) -> N
         ("B1", "bwd", "s1", 0.12, 0.10, 1410.0),
         ("B0", "bwd", "s0", 0.22, 0.10, 1410.0),
     ]
+    # design.md: E = Σ E_i + Σ_dev s̄_dev·(H − busy_dev), H = 0.32 s.
+    elements_energy = 80 * 0.05 + 20 + 70 * 0.07 + 15 + 2 * (80 * 0.10 + 40)
+    idle_energy = 30.0 * (0.32 - 0.15) + 40.0 * (0.32 - 0.17)
     data = {
         "schema": "eopt.schedule/1",
+        "makespan": 0.32,
+        "energy": {"predicted": elements_energy + idle_energy},
         "devices": [{"name": "s0", "idle_power_w": 30.0}, {"name": "s1", "idle_power_w": 40.0}],
         "elements": [
             {
@@ -238,9 +243,6 @@ def test_read_solved_schedule_matches_the_solver_accounting(tmp_path: Path) -> N
     spec = read_placements(path, lib)
     assert spec.idle_power == {"s0": 30.0, "s1": 40.0}
     result = compose_schedule(spec.placements, spec.idle_power)
-    # design.md: E = Σ E_i + Σ_dev s̄_dev·(H − busy_dev), H = 0.32 s.
-    elements_energy = 80 * 0.05 + 20 + 70 * 0.07 + 15 + 2 * (80 * 0.10 + 40)
-    idle_energy = 30.0 * (0.32 - 0.15) + 40.0 * (0.32 - 0.17)
     assert result.energy == pytest.approx(elements_energy + idle_energy, rel=1e-12)
     assert result.term == "((fwd ⊗ ι ⊗ bwd) ⊕multi (ι ⊗ fwd ⊗ bwd ⊗ ι))"
 
