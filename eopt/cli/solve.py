@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import csv
 import math
 import sys
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.markup import escape
@@ -48,6 +47,7 @@ from eopt.plan.schedule import Schedule, write_schedule
 from eopt.plan.solve import FrontierPlan, plan_frontier, savings, solve_plan
 
 if TYPE_CHECKING:
+    from eopt.plan.confidence import ConfidenceResult
     from solvers.stopping import StopRule
 
 __all__ = ["MAX_POINTS", "command", "print_headline", "summarize_choices"]
@@ -175,6 +175,27 @@ def _print_schedule(schedule: Schedule) -> None:
         )
 
 
+def _print_on_time(result: ConfidenceResult) -> None:
+    """What meeting the deadline with the requested probability costs."""
+    p = result.plan
+    console.print(
+        f"on time      {format_percent(p.monte_carlo)} of {p.samples} sampled runs "
+        f"(±{format_percent(p.stderr, 2)}; Clark's normal approximation "
+        f"{format_percent(p.analytic)}), asked {format_percent(result.confidence)}",
+        highlight=False,
+    )
+    mean = result.mean_plan
+    extra = result.energy_j - result.mean_plan_energy_j
+    console.print(
+        f"confidence   costs {format_energy(extra)} "
+        f"({format_percent(result.premium, 2, sign=True)}) over the mean-deadline plan "
+        f"({format_energy(result.mean_plan_energy_j)}, on time in "
+        f"{format_percent(mean.monte_carlo)} of runs); solved for a mean deadline of "
+        f"{format_time(result.tightened_deadline_s)}",
+        highlight=False,
+    )
+
+
 def stop_rule(stop_gap: float | None, stall: float | None, method: str) -> StopRule | None:
     """The solver's stop rule from --stop-gap and --stall; what is not given keeps the
     solver's default for ``method`` (None when neither is given)."""
@@ -192,14 +213,10 @@ def stop_rule(stop_gap: float | None, stall: float | None, method: str) -> StopR
 
 
 def _write_frontier_csv(path: Path, points: list[FrontierPlan]) -> None:
-    with path.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(
-            handle,
-            fieldnames=["makespan_s", "energy_j", "energy_std_j", "lower_bound_j", "gap", "status"],
-        )
-        writer.writeheader()
-        for p in points:
-            writer.writerow(p.to_row())
+    # The one frontier-table writer, shared with `eopt frontier --csv`.
+    from eopt.frontier_table import write_frontier_csv
+
+    write_frontier_csv(path, [p.to_row() for p in points])
 
 
 def _print_frontier(points: list[FrontierPlan], rows: int = 12) -> None:
@@ -318,6 +335,12 @@ def _run_frontier(
     help="One setting per GPU for the whole run (eopt apply can lock it without code "
     "changes); also solves the per-element plan and prints what --static costs.",
 )
+@click.option(
+    "--confidence",
+    type=Fraction(),
+    help="Meet the deadline with this probability under the signatures' time variances, "
+    "e.g. 95%; prints what it costs over the plan that meets it on mean times.",
+)
 @click.option("--frontier", "want_frontier", is_flag=True, help="Compute the plan frontier.")
 @click.option(
     "--points",
@@ -346,6 +369,7 @@ def command(
     stall: float | None,
     libraries: tuple[Path, ...],
     static: bool,
+    confidence: float | None,
     want_frontier: bool,
     points: int,
     output: Path | None,
@@ -374,12 +398,15 @@ def command(
       eopt solve plan.yaml --slowdown 5% --static -o static.json   # eopt apply can lock it
       eopt solve plan.yaml --frontier --points 40 -o frontier.csv
       eopt solve plan.yaml --slowdown 5% --stop-gap 0 --stall 0  # search to the limit
+      eopt solve plan.yaml --deadline 3s --confidence 95%  # on time in 95 % of runs
     """
     budget = TimeBudget(time_limit)  # reading the plan counts against the limit too
     if deadline is not None and slowdown is not None:
         raise UserError("give either --deadline or --slowdown, not both")
     if want_frontier and static:
         raise UserError("--static solves one deadline; leave out --frontier (or --static)")
+    if want_frontier and confidence is not None:
+        raise UserError("--confidence solves one deadline; leave out --frontier (or --confidence)")
     check_output(output, force)
     plan = read_plan(plan_file)
     library = load_plan_library(plan, libraries, own=False) if libraries else None
@@ -405,17 +432,24 @@ def command(
             f"{format_time(time_limit, 3)})",
             total=None,
         )
-        schedule = solve_plan(
-            plan,
-            deadline=deadline,
-            slowdown=slowdown,
-            method=method,
-            gap=gap,
-            library=library,
-            static=static,
-            budget=budget,
-            stop=stop_rule(stop_gap, stall, method),
-        )
+        solve_args: dict[str, Any] = {
+            "deadline": deadline,
+            "slowdown": slowdown,
+            "method": method,
+            "gap": gap,
+            "library": library,
+            "static": static,
+            "budget": budget,
+            "stop": stop_rule(stop_gap, stall, method),
+        }
+        on_time: ConfidenceResult | None = None
+        if confidence is None:
+            schedule = solve_plan(plan, **solve_args)
+        else:
+            # Imported here: scipy's special functions are not needed for `eopt --help`.
+            from eopt.plan.confidence import solve_with_confidence
+
+            schedule, on_time = solve_with_confidence(plan, confidence, **solve_args)
     # The file first: a reader that closes the pipe early (`| head`) must not cost the plan.
     if output is not None:
         write_schedule(output, schedule)
@@ -423,6 +457,8 @@ def command(
         write_json("-", schedule.to_dict())
     else:
         _print_schedule(schedule)
+        if on_time is not None:
+            _print_on_time(on_time)
         if output is not None:
             console.print(f"Wrote {output}", highlight=False)
     if schedule.solver.get("status") == "interrupted":
