@@ -26,6 +26,9 @@ _LAZY = {
     "NvmlGPU": "eopt.devices.nvml",
     "SimulatedGPU": "eopt.devices.sim",
     "VirtualClock": "eopt.devices.sim",
+    "Launch": "eopt.devices.sim",
+    "SimulatedNode": "eopt.devices.sim_node",
+    "Mechanisms": "eopt.devices.sim_mechanisms",
     "restoring_on_exit": "eopt.devices.guard",
     "resolve_gpu": "eopt.devices.gpu_select",
 }

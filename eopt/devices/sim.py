@@ -15,11 +15,21 @@ that falls entirely in the other 75 ms leaves no trace in it; ``instant`` is the
 the update. Ground truth for tests: :meth:`SimulatedGPU.true_energy_j`,
 :meth:`SimulatedGPU.power_trace` and :attr:`SimulatedGPU.last_power_update_s`.
 
+Kernels run on streams: one stream runs its kernels one after the other, different
+streams co-run. The interaction mechanisms of :mod:`eopt.devices.sim_mechanisms` (thermal,
+SM and bandwidth contention, power-limit coupling, cache warmth, clock settling, and on a
+:class:`~eopt.devices.sim_node.SimulatedNode` the fabric and the power budget) are applied
+event by event: whenever a running set changes, every running kernel's rate and the
+device's power are recomputed, and energy is integrated exactly over the constant-rate
+segments in between. Every :class:`KernelRecord` carries its entry context φ and runtime
+context ρ; :meth:`SimulatedGPU.entry_context` gives the device's current one.
+
 Example::
 
     gpu = SimulatedGPU("A100-SXM4-40GB", seed=0)
     gpu.set_operating_point(OperatingPoint(sm_clock_mhz=1200))
     seconds = gpu.launch("gemm", "cublas", {"m": 8192, "n": 8192, "k": 8192})
+    gemm, copy = gpu.co_run([Launch("gemm"), Launch("memcpy")])  # two streams
 """
 
 from __future__ import annotations
@@ -29,7 +39,7 @@ import itertools
 import math
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -37,6 +47,17 @@ import numpy as np
 from eopt.devices.base import DeviceError, MeasureOnlyError, PowerReading
 from eopt.devices.operating_point import OperatingPoint
 from eopt.devices.sim_kernels import get_kernel
+from eopt.devices.sim_mechanisms import (
+    CoRunKernel,
+    MechanismParams,
+    Mechanisms,
+    NoiseModel,
+    co_run,
+    l2_bytes,
+    link_demand,
+    warmth_after_idle,
+    warmth_after_traffic,
+)
 from eopt.devices.sim_physics import (
     KernelDemand,
     KernelRun,
@@ -47,7 +68,21 @@ from eopt.devices.sim_physics import (
 )
 from eopt.devices.sim_profiles import SENSOR_PERIOD_S, GpuProfile, load_profile
 
-__all__ = ["MAX_SLEEP_S", "SENSOR_PERIOD_S", "KernelRecord", "SimulatedGPU", "VirtualClock"]
+__all__ = [
+    "DEFAULT_STREAM",
+    "MAX_SLEEP_S",
+    "SENSOR_PERIOD_S",
+    "KernelRecord",
+    "Launch",
+    "MechanismParams",
+    "Mechanisms",
+    "NoiseModel",
+    "SimulatedGPU",
+    "VirtualClock",
+]
+
+#: The stream plain ``launch``/``enqueue`` calls use.
+DEFAULT_STREAM = "0"
 
 #: The longest single sleep of virtual time, in s: about 40 000 steps of the idle model,
 #: a fraction of a second of real time.
@@ -124,26 +159,44 @@ class VirtualClock:
             self._devices.append(device)
 
     def advance_to(self, t_s: float) -> None:
-        """Advance virtual time to ``t_s``, running devices and timers in time order."""
+        """Advance virtual time to ``t_s``, running devices and timers in time order.
+
+        Time moves from event to event (a kernel ending, a clock settling, a timer), so
+        every attached GPU sees the same instants and the rates of co-running kernels are
+        recomputed whenever a running set changes.
+        """
         if self._in_callback:
             raise RuntimeError(
                 "a virtual-clock timer callback tried to advance time; callbacks may only "
                 "read devices"
             )
         while True:
+            self._process_events()
             while self._timers and self._timers[0][2].cancelled:
                 heapq.heappop(self._timers)
             next_timer = self._timers[0][0] if self._timers else math.inf
-            target = min(t_s, next_timer)
+            next_event = min((d._next_event_s() for d in self._devices), default=math.inf)
+            target = min(t_s, next_timer, next_event)
             if target > self._now:
                 for device in self._devices:
                     device._advance_to(target)
                 self._now = target
-            if next_timer <= t_s:
+                self._process_events()
+            if next_timer <= t_s and next_timer <= self._now:
                 _, _, timer = heapq.heappop(self._timers)
                 self._fire(timer)
-            else:
+            elif target >= t_s:
                 return
+
+    def _process_events(self) -> None:
+        """Finish due kernels, start queued ones, settle clocks; re-solve changed devices."""
+        changed = [d for d in self._devices if d._handle_due_events(self._now)]
+        resolved: set[int] = set()
+        for device in changed:
+            group = device._resolver()
+            if id(group) not in resolved:
+                resolved.add(id(group))
+                group._resolve_all()
 
     def _fire(self, timer: _VirtualTimer) -> None:
         self._in_callback = True
@@ -164,10 +217,23 @@ class KernelRecord:
         kernel: Catalog name.
         impl: Implementation name.
         start_s: Virtual start time, in s.
-        duration_s: Duration, in s.
+        duration_s: Duration, in s (for a running kernel: the prediction at its current
+            rates).
         sm_clock_mhz: Average effective SM clock, in MHz.
-        throttled: Whether the power limit lowered the clock.
-        power_w: Average power at the start temperature, in W.
+        throttled: Whether the power limit (or a node budget) lowered the clock.
+        power_w: Average device power while it ran, each stretch of constant rates taken
+            at its starting temperature, in W (the whole device: co-runners' dynamic
+            power and the one static draw included).
+        stream: The stream it ran on.
+        temperature_start_c: Entry context: die temperature at its start, in °C.
+        cache_warm_fraction: Entry context: mean L2 warmth of the buffers it reads at its
+            start (0 cold – 1 fully resident).
+        clock_settling_s: Entry context: how long the SM clock still needed to reach its
+            target at its start, in s (0: settled).
+        machine_state: Entry context: ``"normal"`` or ``"degraded"`` (a machine-state
+            block of the noise model).
+        co_runners: Runtime context: names of the kernels it overlapped with (sorted,
+            each once; empty when it ran alone).
     """
 
     kernel: str
@@ -177,22 +243,127 @@ class KernelRecord:
     sm_clock_mhz: float
     throttled: bool
     power_w: float
+    stream: str = DEFAULT_STREAM
+    temperature_start_c: float = math.nan
+    cache_warm_fraction: float = 0.0
+    clock_settling_s: float = 0.0
+    machine_state: str = "normal"
+    co_runners: tuple[str, ...] = ()
 
     @property
     def end_s(self) -> float:
         """Virtual end time, in s."""
         return self.start_s + self.duration_s
 
+    @property
+    def entry_context(self) -> dict[str, Any]:
+        """φ at its start: ``temperature_c`` (°C), ``cache_warm_fraction`` (0–1),
+        ``clock_settling_s`` (s), ``machine_state``."""
+        return {
+            "temperature_c": self.temperature_start_c,
+            "cache_warm_fraction": self.cache_warm_fraction,
+            "clock_settling_s": self.clock_settling_s,
+            "machine_state": self.machine_state,
+        }
+
+    @property
+    def runtime_context(self) -> tuple[str, ...]:
+        """ρ without itself: the names of the kernels it co-ran with."""
+        return self.co_runners
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel invocation to start (for :meth:`SimulatedGPU.co_run`).
+
+    Attributes:
+        kernel: Catalog name.
+        impl: Implementation name (the kernel's default when None).
+        workload: θ, completed with the kernel's defaults.
+        reads: Names of the buffers it reads (cache mechanism).
+        writes: Names of the buffers it writes.
+        sm_share: ω_elem: the fraction of SMs it is confined to (0–1]; None: shared by
+            demand with whatever co-runs.
+    """
+
+    kernel: str
+    impl: str | None = None
+    workload: Mapping[str, Any] | None = None
+    reads: tuple[str, ...] = ()
+    writes: tuple[str, ...] = ()
+    sm_share: float | None = None
+
 
 @dataclass
-class _Running:
-    record: KernelRecord
-    base_power_w: float  # the part of the power that does not follow temperature
-    leak_coeff_w: float
+class _Pending:
+    seq: int
+    name: str
+    impl: str
+    demand: KernelDemand
+    stream: str
+    reads: tuple[str, ...]
+    writes: tuple[str, ...]
+    sm_share: float | None
+    memory_eff: float
+    over_link: bool
+
+
+@dataclass
+class _Active:
+    job: _Pending
+    start_s: float
+    demand: KernelDemand  # after the cache's saving
+    temp_key_c: float  # start temperature, rounded as the run cache keys it
+    time_scale: float
+    power_scale: float
+    temperature_start_c: float
+    cache_warm: float
+    settling_s: float
+    machine_state: str
+    co_runners: set[str] = field(default_factory=set)
+    progress: float = 0.0  # fraction of the work done at t_regime
+    t_regime: float = 0.0
+    duration_s: float = math.inf  # time for the whole work at the current rates
+    end_s: float = math.inf
+    clock_mhz: float = 0.0
+    power_ref_w: float = 0.0
+    throttled_now: bool = False
+    busy_s: float = 0.0
+    power_time_j: float = 0.0
+    clock_time: float = 0.0
+    throttled: bool = False
+
+    def record(self, now: float | None = None) -> KernelRecord:
+        if now is None:  # finished: its own span
+            duration = self.busy_s
+            power = self.power_time_j / duration if duration > 0 else self.power_ref_w
+            clock = self.clock_time / duration if duration > 0 else self.clock_mhz
+        else:  # running: what is known, plus the rest at the current rates
+            duration = self.end_s - self.start_s
+            power, clock = self.power_ref_w, self.clock_mhz
+        return KernelRecord(
+            kernel=self.job.name,
+            impl=self.job.impl,
+            start_s=self.start_s,
+            duration_s=duration,
+            sm_clock_mhz=clock,
+            throttled=self.throttled or self.throttled_now,
+            power_w=power,
+            stream=self.job.stream,
+            temperature_start_c=self.temperature_start_c,
+            cache_warm_fraction=self.cache_warm,
+            clock_settling_s=self.settling_s,
+            machine_state=self.machine_state,
+            co_runners=tuple(sorted(self.co_runners)),
+        )
 
 
 class SimulatedGPU:
     """A simulated GPU implementing the ``Device`` protocol on virtual time.
+
+    Kernels on one stream run one after the other; kernels on different streams co-run
+    and interact through the mechanisms switched on (:class:`Mechanisms`). Plain
+    ``launch``/``enqueue`` calls use the default stream, so they never overlap.
 
     Args:
         model: Profile name (see :func:`eopt.devices.sim_profiles.available_profiles`).
@@ -203,9 +374,18 @@ class SimulatedGPU:
         energy_counter: Offer the cumulative energy counter (False exercises the power
             sampler path of the measurement layer).
         power_field: What :meth:`power` returns: ``"instant"`` or ``"average"``.
-        noise: Apply launch jitter and sensor noise (False gives exact, noise-free runs).
+        noise: Apply launch jitter and sensor noise (False gives exact, noise-free runs;
+            the same as leaving ``noise`` out of ``mechanisms``).
         control: Allow changing the operating point (False: measure-only).
         record_trace: Keep the exact power trace (see :meth:`power_trace`).
+        mechanisms: Interaction mechanisms on: a :class:`Mechanisms`, ``"all"`` (the
+            default), ``"none"`` or a comma list such as ``"thermal,contention"``.
+            All on by default: the mechanisms beyond thermal act only when kernels
+            co-run, share buffers, change clocks or share a node, so single-kernel runs
+            behave as without them.
+        params: The mechanisms' parameters (:class:`MechanismParams`).
+        noise_model: Variation beyond the profile's jitter (:class:`NoiseModel`;
+            machine-state blocks are off unless its ``state_block_rate`` says).
 
     Attributes:
         power_update_period_s: How often the power sensor refreshes, in s (the meter polls
@@ -213,6 +393,7 @@ class SimulatedGPU:
         power_average_window_s: The span the ``average`` field averages, in s: the last
             window before each refresh (the profile's ``power_average_window_s``; set it
             to ``power_update_period_s`` for a mean over the whole interval).
+        mechanisms: The mechanisms on.
     """
 
     power_update_period_s: float = SENSOR_PERIOD_S
@@ -228,38 +409,64 @@ class SimulatedGPU:
         noise: bool = True,
         control: bool = True,
         record_trace: bool = False,
+        mechanisms: Mechanisms | str | None = None,
+        params: MechanismParams | None = None,
+        noise_model: NoiseModel | None = None,
     ) -> None:
         if power_field not in ("instant", "average"):
             raise ValueError(f"power_field must be 'instant' or 'average', got {power_field!r}")
+        self.mechanisms: Mechanisms = Mechanisms.parse(mechanisms)
+        self.params: MechanismParams = params if params is not None else MechanismParams()
+        self.noise_model: NoiseModel = noise_model if noise_model is not None else NoiseModel()
         self.profile: GpuProfile = load_profile(model)
         self.power_average_window_s: float = self.profile.power_average_window_s
         self.index = index
         self.name = f"sim{index}"
         self.model = self.profile.model
         self.clock: VirtualClock = clock if clock is not None else VirtualClock()
-        self.clock.attach(self)
         self.control = control
         self._phys = self.profile.physics
-        # Separate streams: how often the sensor updates never shifts the launch jitter.
-        work_seed, sensor_seed = np.random.SeedSequence([seed, index]).spawn(2)
+        # Separate streams: how often the sensor updates never shifts the launch jitter,
+        # and the mechanisms' noise never shifts either.
+        work_seed, sensor_seed, extra_seed = np.random.SeedSequence([seed, index]).spawn(3)
         self._rng = np.random.default_rng(work_seed)
         self._sensor_rng = np.random.default_rng(sensor_seed)
-        self._noise = noise
+        self._extra_rng = np.random.default_rng(extra_seed)
+        self._noise = noise and self.mechanisms.noise
         self._has_counter = energy_counter
         self._power_field = power_field
         self._record_trace = record_trace
+        self._node: Any = None  # a SimulatedNode that re-solves this GPU with its peers
 
         self._t = self.clock.now()
         self._locked_sm: float | None = None
         self._locked_mem: float | None = None
         self._limit_w = self.profile.power_limit_default_w
         self._original: tuple[float | None, float | None, float] | None = None
+        # Clock state: the lock in force until the last change settles.
+        self._settling_from: float | None = None
+        self._settle_until_s = -math.inf
 
-        self._queue: deque[tuple[str, str, dict[str, float], KernelDemand]] = deque()
-        self._running: _Running | None = None
-        self._records: list[KernelRecord] = []
+        self._seq = itertools.count()
+        self._queues: dict[str, deque[_Pending]] = {}
+        self._active: dict[str, _Active] = {}
+        self._finished: list[tuple[int, KernelRecord]] = []  # in the order they ended
+        self._finished_by_seq: dict[int, KernelRecord] = {}
+        self._finished_in_order = True  # ended in launch order (no sort needed)
         self._run_cache: dict[tuple[Any, ...], KernelRun] = {}
         self._demand_cache: dict[tuple[Any, ...], KernelDemand] = {}
+        # Device-wide rates of the current regime: lone kernel, co-run, or idle.
+        self._mode = "idle"
+        self._lone_base_w = 0.0
+        self._lone_leak_w = 0.0
+        self._corun_clock_mhz = 0.0
+        self._corun_dynamic_w = 0.0
+        self._limit_override_w: float | None = None
+        self._fabric_stretch = 1.0
+        # Cache: buffer → L2 warmth (0–1); idle since when (for its decay).
+        self._warmth: dict[str, float] = {}
+        self._idle_since_s = self._t
+        self._state_block_left = 0
 
         # Start at the idle steady state, as a GPU that has sat idle for a while.
         self._temp_c = self._phys.t_ambient_c
@@ -275,6 +482,7 @@ class SimulatedGPU:
         self._readings = {"instant": idle, "average": idle}
         self._reading_time = self._t
         self._next_sensor_s = self._t + float(self._sensor_rng.uniform(0.0, SENSOR_PERIOD_S))
+        self.clock.attach(self)
 
     # ------------------------------------------------------------------ identity
     def __repr__(self) -> str:
@@ -304,6 +512,9 @@ class SimulatedGPU:
     def set_operating_point(self, point: OperatingPoint) -> None:
         """Lock clocks / set the power limit given in ``point`` (None fields unchanged).
 
+        A new limit acts at once, on running kernels too. With the ``clock_state``
+        mechanism a new SM clock takes ``params.clock_settle_s`` to reach its target.
+
         Raises:
             MeasureOnlyError: in measure-only mode.
             DeviceError: for an unsupported clock or a limit outside the range.
@@ -329,19 +540,33 @@ class SimulatedGPU:
                 )
         if self._original is None:
             self._original = (self._locked_sm, self._locked_mem, self._limit_w)
-        if sm is not None:
-            self._locked_sm = float(sm)
+        new_sm = float(sm) if sm is not None else self._locked_sm
+        self._change_sm_lock(new_sm)
         if mem is not None:
             self._locked_mem = float(mem)
         if limit is not None:
             self._limit_w = float(limit)
+        self._resolver()._resolve_all()
 
     def restore(self) -> None:
         """Put back the clocks and limit found before the first change (no-op if none)."""
         if self._original is None:
             return
-        self._locked_sm, self._locked_mem, self._limit_w = self._original
+        sm, self._locked_mem, self._limit_w = self._original
+        self._change_sm_lock(sm)
         self._original = None
+        self._resolver()._resolve_all()
+
+    def _change_sm_lock(self, new_sm: float | None) -> None:
+        if new_sm == self._locked_sm:
+            return
+        settle_s = self.params.clock_settle_s
+        if self.mechanisms.clock_state and settle_s > 0:
+            # The clock in force now (an unfinished earlier change included) stays until
+            # the new one settles.
+            self._settling_from = self._effective_lock()
+            self._settle_until_s = self._t + settle_s
+        self._locked_sm = new_sm
 
     def _check_clock(self, value: float, table: Sequence[float], what: str) -> None:
         nearest = min(table, key=lambda c: abs(c - value))
@@ -369,17 +594,16 @@ class SimulatedGPU:
         now = self.clock.now()
         return {k: PowerReading(now, v, k) for k, v in self._readings.items()}
 
-    def synchronize(self) -> None:
-        """Advance virtual time until every queued kernel on this GPU has finished."""
-        while self._running is not None or self._queue:
-            if self._running is None:
-                self._start_next()
-            running = self._running
-            assert running is not None
-            self.clock.advance_to(max(running.record.end_s, self.clock.now()))
-            if self._running is running:  # ended within rounding of the current time
-                self._records.append(running.record)
-                self._running = None
+    def synchronize(self, stream: str | int | None = None) -> None:
+        """Advance virtual time until this GPU's queued kernels have finished.
+
+        Args:
+            stream: Wait for this stream only; every stream when None.
+        """
+        key = None if stream is None else str(stream)
+        while self._busy(key):
+            target = self._next_event_s()
+            self.clock.advance_to(max(target, self.clock.now()))
 
     # ------------------------------------------------------------------ ground truth
     @property
@@ -412,32 +636,116 @@ class SimulatedGPU:
         return list(self._trace)
 
     def kernel_records(self) -> list[KernelRecord]:
-        """Every kernel invocation started so far, in order."""
-        records = list(self._records)
-        if self._running is not None:
-            records.append(self._running.record)
-        return records
+        """Every kernel invocation started so far, in launch order (running ones with
+        their predicted duration)."""
+        records = list(self._finished)
+        records += [(a.job.seq, a.record(self._t)) for a in self._active.values()]
+        if self._finished_in_order and len(self._active) <= 1:
+            return [r for _, r in records]
+        return [r for _, r in sorted(records, key=lambda item: item[0])]
 
     def static_power_w(self) -> float:
         """Exact idle draw at the current setting and temperature, in W."""
         return self._idle_power_w()
 
+    def entry_context(self) -> dict[str, Any]:
+        """φ a kernel starting now would inherit (and ρ: what runs now).
+
+        Returns:
+            ``temperature_c`` (°C); ``cache_warmth``: buffer name → L2 warmth (0–1) now;
+            ``clock_settling_s`` (s until the SM clock reaches its target, 0: settled);
+            ``sm_clock_mhz``: the SM clock a kernel would be set to now (MHz);
+            ``machine_state``; ``running``: names of the kernels running now.
+        """
+        idle_s = self._t - self._idle_since_s if not self._active else 0.0
+        decay = self.params.cache_idle_decay_s
+        return {
+            "temperature_c": self._temp_c,
+            "cache_warmth": {
+                b: warmth_after_idle(w, idle_s, decay) for b, w in self._warmth.items()
+            },
+            "clock_settling_s": self._settling_left_s(),
+            "sm_clock_mhz": self._sm_clock_set_mhz(),
+            "machine_state": "degraded" if self._state_block_left > 0 else "normal",
+            "running": sorted(a.job.name for a in self._active.values()),
+        }
+
     # ------------------------------------------------------------------ work
     def enqueue(
-        self, kernel: str, impl: str | None = None, workload: Mapping[str, Any] | None = None
+        self,
+        kernel: str,
+        impl: str | None = None,
+        workload: Mapping[str, Any] | None = None,
+        *,
+        stream: str | int | None = None,
+        reads: Sequence[str] = (),
+        writes: Sequence[str] = (),
+        sm_share: float | None = None,
     ) -> None:
         """Queue one kernel invocation without waiting (like a CUDA launch).
 
+        Args:
+            kernel: Catalog name.
+            impl: Implementation name; the kernel's default when None.
+            workload: θ (sizes), completed with the kernel's defaults.
+            stream: The stream to queue on (default stream when None); kernels on
+                different streams co-run.
+            reads: Names of buffers it reads (a buffer written just before on this
+                device is warm in L2: the cache mechanism).
+            writes: Names of buffers it writes.
+            sm_share: ω_elem, the fraction (0–1] of the SMs it is confined to; None:
+                shared by demand with its co-runners.
+
         Raises:
-            ValueError: for an unknown kernel, implementation or workload key.
+            ValueError: for an unknown kernel, implementation or workload key, or an SM
+                share outside (0, 1].
         """
+        self._enqueue(kernel, impl, workload, stream, reads, writes, sm_share)
+
+    def _enqueue(
+        self,
+        kernel: str,
+        impl: str | None,
+        workload: Mapping[str, Any] | None,
+        stream: str | int | None,
+        reads: Sequence[str],
+        writes: Sequence[str],
+        sm_share: float | None,
+    ) -> int:
         spec = get_kernel(kernel)
         impl_name = spec.implementation(impl).name
         theta = spec.workload(workload)
         demand = self.kernel_demand(spec.name, impl_name, theta)
-        self._queue.append((spec.name, impl_name, theta, demand))
-        if self._running is None and len(self._queue) == 1:
-            self._start_next()
+        if sm_share is not None and not (
+            isinstance(sm_share, (int, float)) and 0.0 < sm_share <= 1.0
+        ):
+            raise ValueError(
+                f"{self.name}: sm_share={sm_share!r} for kernel {spec.name!r} must be a "
+                f"fraction of the SMs in (0, 1] (e.g. 16/{self.profile.sm_count} for 16 SMs)"
+            )
+        for what, names in (("reads", reads), ("writes", writes)):
+            if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+                raise ValueError(
+                    f"{self.name}: {what} of kernel {spec.name!r} must be a sequence of "
+                    f"buffer names, e.g. ('x',), got {names!r}"
+                )
+        key = DEFAULT_STREAM if stream is None else str(stream)
+        job = _Pending(
+            seq=next(self._seq),
+            name=spec.name,
+            impl=impl_name,
+            demand=demand,
+            stream=key,
+            reads=tuple(reads),
+            writes=tuple(writes),
+            sm_share=None if sm_share is None else float(sm_share),
+            memory_eff=spec.memory_efficiency(impl_name, theta),
+            over_link=spec.over_link,
+        )
+        self._queues.setdefault(key, deque()).append(job)
+        if key not in self._active and self._start_ready():
+            self._resolver()._resolve_all()
+        return job.seq
 
     def kernel_demand(
         self, kernel: str, impl: str | None = None, workload: Mapping[str, Any] | None = None
@@ -460,7 +768,15 @@ class SimulatedGPU:
         return demand
 
     def launch(
-        self, kernel: str, impl: str | None = None, workload: Mapping[str, Any] | None = None
+        self,
+        kernel: str,
+        impl: str | None = None,
+        workload: Mapping[str, Any] | None = None,
+        *,
+        stream: str | int | None = None,
+        reads: Sequence[str] = (),
+        writes: Sequence[str] = (),
+        sm_share: float | None = None,
     ) -> float:
         """Run one kernel invocation to completion, advancing virtual time.
 
@@ -468,82 +784,359 @@ class SimulatedGPU:
             kernel: Catalog name (``gemm``, ``attention``, …; ``sim:`` prefix accepted).
             impl: Implementation name; the kernel's default when None.
             workload: θ (sizes), completed with the kernel's defaults.
+            stream: Stream to run on (see :meth:`enqueue`); waits for that stream only.
+            reads: Buffers it reads (cache mechanism).
+            writes: Buffers it writes.
+            sm_share: ω_elem, fraction of SMs it is confined to.
 
         Returns:
             The invocation's duration, in s.
         """
-        self.enqueue(kernel, impl, workload)
-        self.synchronize()
-        return self._records[-1].duration_s
+        seq = self._enqueue(kernel, impl, workload, stream, reads, writes, sm_share)
+        self._wait_for(seq)
+        return self._record_of(seq).duration_s
+
+    def co_run(self, launches: Sequence[Launch | str]) -> list[KernelRecord]:
+        """Start ``launches`` together, each on a stream of its own, and wait for all.
+
+        Returns:
+            Their records, in the order given (each with its co-runners).
+
+        Raises:
+            ValueError: for an empty list, or a bad launch (see :meth:`enqueue`).
+        """
+        if not launches:
+            raise ValueError(f"{self.name}: co_run needs at least one launch")
+        items = [Launch(x) if isinstance(x, str) else x for x in launches]
+        tag = next(self._seq)
+        seqs = [
+            self._enqueue(
+                x.kernel, x.impl, x.workload, f"corun{tag}.{i}", x.reads, x.writes, x.sm_share
+            )
+            for i, x in enumerate(items)
+        ]
+        for seq in seqs:
+            self._wait_for(seq)
+        return [self._record_of(seq) for seq in seqs]
 
     def idle(self, duration_s: float) -> None:
         """Let ``duration_s`` of virtual time pass (the GPU finishes queued work, then idles)."""
         self.clock.sleep(duration_s)
 
-    # ------------------------------------------------------------------ internals
+    # ------------------------------------------------------------------ internals: state
+    def _busy(self, stream: str | None = None) -> bool:
+        if stream is not None:
+            return stream in self._active or bool(self._queues.get(stream))
+        return bool(self._active) or any(self._queues.values())
+
+    def _wait_for(self, seq: int) -> None:
+        while seq not in self._finished_by_seq:
+            self.clock.advance_to(max(self._next_event_s(), self.clock.now()))
+
+    def _record_of(self, seq: int) -> KernelRecord:
+        return self._finished_by_seq[seq]
+
+    def _resolver(self) -> Any:
+        """What re-solves rates when this GPU's running set changes: its node, or itself."""
+        return self._node if self._node is not None else self
+
+    def _resolve_all(self) -> None:
+        self._resolve()
+
+    def _effective_lock(self) -> float | None:
+        if self._settling_left_s() > 0:
+            return self._settling_from
+        return self._locked_sm
+
+    def _settling_left_s(self) -> float:
+        return max(0.0, self._settle_until_s - self._t)
+
     def _sm_clock_set_mhz(self) -> float:
-        return self._locked_sm if self._locked_sm is not None else self.profile.max_sm_clock_mhz
+        lock = self._effective_lock()
+        return lock if lock is not None else self.profile.max_sm_clock_mhz
+
+    def _limit_now_w(self) -> float:
+        if self._limit_override_w is None:
+            return self._limit_w
+        return min(self._limit_w, self._limit_override_w)
 
     def _idle_power_w(self) -> float:
-        f = self._locked_sm if self._locked_sm is not None else self.profile.idle_sm_clock_mhz
+        lock = self._effective_lock()
+        f = lock if lock is not None else self.profile.idle_sm_clock_mhz
         return float(static_power_w(self._phys, f, self.profile.max_sm_clock_mhz, self._temp_c))
 
     def _power_now_w(self) -> float:
-        if self._running is None:
-            return self._idle_power_w()
-        g = float(leak_factor(self._phys, self._temp_c))
-        return self._running.base_power_w + self._running.leak_coeff_w * g
+        if self._mode == "lone":
+            g = float(leak_factor(self._phys, self._temp_c))
+            return self._lone_base_w + self._lone_leak_w * g
+        if self._mode == "corun":
+            static = static_power_w(
+                self._phys, self._corun_clock_mhz, self.profile.max_sm_clock_mhz, self._temp_c
+            )
+            return float(static) + self._corun_dynamic_w
+        return self._idle_power_w()
 
-    def _start_next(self) -> None:
-        name, impl, _theta, demand = self._queue.popleft()
-        f_set = self._sm_clock_set_mhz()
-        key = (demand, f_set, self._limit_w, round(self._temp_c, 1))
+    def _next_event_s(self) -> float:
+        ends = [a.end_s for a in self._active.values()]
+        if self._settle_until_s > self._t + _EPS_S:
+            ends.append(self._settle_until_s)
+        return min(ends, default=math.inf)
+
+    # ------------------------------------------------------------------ internals: events
+    def _handle_due_events(self, now: float) -> bool:
+        changed = False
+        for key, active in list(self._active.items()):
+            if active.end_s <= now + _EPS_S:
+                self._finish(key, active, now)
+                changed = True
+        if -math.inf < self._settle_until_s <= now + _EPS_S:
+            self._settling_from = None
+            self._settle_until_s = -math.inf
+            changed = True
+        return self._start_ready() or changed
+
+    def _finish(self, key: str, active: _Active, now: float) -> None:
+        self._account(active, now)
+        active.busy_s = now - active.start_s  # exact span, not the sum of slices
+        del self._active[key]
+        record = active.record()
+        if self._finished and self._finished[-1][0] > active.job.seq:
+            self._finished_in_order = False
+        self._finished.append((active.job.seq, record))
+        self._finished_by_seq[active.job.seq] = record
+        if not self._active:
+            self._idle_since_s = now
+        if self.mechanisms.cache:
+            job = active.job
+            l2 = l2_bytes(self.model)
+            moved = self._bytes_moved(job)
+            for buffer in list(self._warmth):
+                self._warmth[buffer] = warmth_after_traffic(self._warmth[buffer], moved, l2)
+            # What it wrote is resident as far as L2 holds it (its output: about half of
+            # what it moved).
+            resident = min(1.0, l2 / max(moved / 2.0, 1.0))
+            for buffer in job.writes:
+                self._warmth[buffer] = resident
+
+    def _bytes_moved(self, job: _Pending) -> float:
+        bandwidth = (
+            self.profile.link_bandwidth_bytes_per_s
+            if job.over_link
+            else self.profile.memory_bandwidth_bytes_per_s
+        )
+        return job.demand.memory_s * bandwidth * job.memory_eff
+
+    def _start_ready(self) -> bool:
+        started = False
+        for key, queue in self._queues.items():
+            if key not in self._active and queue:
+                self._start(queue.popleft())
+                started = True
+        return started
+
+    def _start(self, job: _Pending) -> None:
+        now = self._t
+        if not self._active and self.mechanisms.cache:
+            idle_s = now - self._idle_since_s
+            decay = self.params.cache_idle_decay_s
+            self._warmth = {b: warmth_after_idle(w, idle_s, decay) for b, w in self._warmth.items()}
+        warm = 0.0
+        if job.reads and self.mechanisms.cache:
+            warm = sum(self._warmth.get(b, 0.0) for b in job.reads) / len(job.reads)
+        demand = job.demand
+        if warm > 0.0:
+            saved = self.params.cache_reuse_fraction * warm
+            demand = replace(demand, memory_s=demand.memory_s * (1.0 - saved))
+        time_scale, power_scale = 1.0, 1.0
+        state = "normal"
+        if self._noise:
+            time_scale = max(0.5, 1.0 + self._phys.time_jitter * self._rng.standard_normal())
+            power_scale = max(0.5, 1.0 + self._phys.activity_jitter * self._rng.standard_normal())
+            time_scale, power_scale, state = self._extra_noise(time_scale, power_scale)
+        temp_key = round(self._temp_c, 1)
+        self._active[job.stream] = _Active(
+            job=job,
+            start_s=now,
+            demand=demand,
+            temp_key_c=temp_key,
+            time_scale=time_scale,
+            power_scale=power_scale,
+            temperature_start_c=self._temp_c,
+            cache_warm=warm,
+            settling_s=self._settling_left_s(),
+            machine_state=state,
+            t_regime=now,
+        )
+
+    def _extra_noise(self, time_scale: float, power_scale: float) -> tuple[float, float, str]:
+        model = self.noise_model
+        if self._locked_sm is None:
+            # The boost clock wanders when unlocked (see NoiseModel for the data).
+            time_scale *= max(
+                0.5, 1.0 + model.unlocked_time_jitter * self._extra_rng.standard_normal()
+            )
+            power_scale *= max(
+                0.5, 1.0 + model.unlocked_power_jitter * self._extra_rng.standard_normal()
+            )
+        state = "normal"
+        if model.state_block_rate > 0:
+            if self._state_block_left == 0 and self._extra_rng.random() < model.state_block_rate:
+                self._state_block_left = model.state_block_runs
+            if self._state_block_left > 0:
+                self._state_block_left -= 1
+                time_scale *= model.state_time_factor
+                power_scale *= model.state_power_factor
+                state = "degraded"
+        return time_scale, power_scale, state
+
+    # ------------------------------------------------------------------ internals: rates
+    def _iso_run(self, active: _Active, f_set: float, limit: float) -> KernelRun:
+        key = (active.demand, f_set, limit, active.temp_key_c)
         run = self._run_cache.get(key)
         if run is None:
             run = kernel_run(
                 self._phys,
-                demand,
+                active.demand,
                 f_set,
-                self._limit_w,
-                round(self._temp_c, 1),
+                limit,
+                active.temp_key_c,
                 self.profile.max_sm_clock_mhz,
                 self.profile.min_sm_clock_mhz,
             )
             if len(self._run_cache) > 4096:
                 self._run_cache.clear()
             self._run_cache[key] = run
-        time_scale, power_scale = 1.0, 1.0
-        if self._noise:
-            time_scale = max(0.5, 1.0 + self._phys.time_jitter * self._rng.standard_normal())
-            power_scale = max(0.5, 1.0 + self._phys.activity_jitter * self._rng.standard_normal())
-        g0 = float(leak_factor(self._phys, round(self._temp_c, 1)))
-        base = (run.power_w - run.leak_coeff_w * g0) * power_scale
-        record = KernelRecord(
-            kernel=name,
-            impl=impl,
-            start_s=self._t,
-            duration_s=run.duration_s * time_scale,
-            sm_clock_mhz=run.sm_clock_mhz,
-            throttled=run.throttled,
-            power_w=base + run.leak_coeff_w * g0,
-        )
-        self._running = _Running(record, base, run.leak_coeff_w)
+        return run
 
+    def _co_kernels(self) -> list[tuple[_Active, KernelRun, CoRunKernel]]:
+        f_set = self._sm_clock_set_mhz()
+        limit = self._limit_now_w()
+        out = []
+        dram_per_link = (
+            self.profile.link_bandwidth_bytes_per_s / self.profile.memory_bandwidth_bytes_per_s
+        )
+        for active in self._active.values():
+            run = self._iso_run(active, f_set, limit)
+            job, d = active.job, active.demand
+            out.append(
+                (
+                    active,
+                    run,
+                    CoRunKernel(
+                        compute_s=d.compute_s,
+                        memory_s=d.memory_s,
+                        overlap_p=d.overlap_p,
+                        launch_s=d.launch_s,
+                        activity=d.activity,
+                        mem_activity=d.mem_activity,
+                        iso_clock_mhz=run.sm_clock_mhz,
+                        dram_fraction=job.memory_eff * (dram_per_link if job.over_link else 1.0),
+                        link_fraction=job.memory_eff if job.over_link else 0.0,
+                        sm_share=job.sm_share,
+                        sm_floor=self.params.comm_sm_fraction if job.over_link else 0.0,
+                        power_scale=active.power_scale,
+                    ),
+                )
+            )
+        return out
+
+    def _link_demands(self) -> list[float]:
+        """Per running collective, the share of one link it demands alone."""
+        f_max = self.profile.max_sm_clock_mhz
+        return [link_demand(k, f_max) for _, _, k in self._co_kernels() if k.link_fraction > 0]
+
+    def _account(self, active: _Active, now: float) -> None:
+        dt = now - active.t_regime
+        if dt > 0:
+            active.progress += dt / active.duration_s
+            active.busy_s += dt
+            active.power_time_j += active.power_ref_w * dt
+            active.clock_time += active.clock_mhz * dt
+            active.throttled = active.throttled or active.throttled_now
+        active.t_regime = now
+
+    def _resolve(self, limit_override_w: float | None = None, fabric_stretch: float = 1.0) -> None:
+        """Recompute every running kernel's rate and the device's power from now on."""
+        now = self._t
+        self._limit_override_w = limit_override_w
+        self._fabric_stretch = fabric_stretch
+        for active in self._active.values():
+            self._account(active, now)
+        kernels = self._co_kernels()
+        if not kernels:
+            self._mode = "idle"
+            return
+        names = [a.job.name for a, _, _ in kernels]
+        for i, (active, _, _) in enumerate(kernels):
+            active.co_runners.update(n for j, n in enumerate(names) if j != i)
+        lone_active, lone_run, lone_k = kernels[0]
+        outside = [fabric_stretch if k.link_fraction > 0 else 1.0 for _, _, k in kernels]
+        if len(kernels) == 1 and lone_k.sm_share is None and outside[0] <= 1.0:
+            # Alone: the single-kernel physics, exactly (slice throttling, leakage).
+            g0 = float(leak_factor(self._phys, lone_active.temp_key_c))
+            base = (lone_run.power_w - lone_run.leak_coeff_w * g0) * lone_active.power_scale
+            self._mode = "lone"
+            self._lone_base_w = base
+            self._lone_leak_w = lone_run.leak_coeff_w
+            self._set_rate(
+                lone_active,
+                lone_run.duration_s * lone_active.time_scale,
+                lone_run.sm_clock_mhz,
+                base + lone_run.leak_coeff_w * g0,
+                lone_run.throttled,
+                now,
+            )
+            return
+        result = co_run(
+            self._phys,
+            [k for _, _, k in kernels],
+            self.profile.max_sm_clock_mhz,
+            self.profile.min_sm_clock_mhz,
+            self._limit_now_w(),
+            self._temp_c,
+            contention=self.mechanisms.contention,
+            power_cap=self.mechanisms.power_cap,
+            link_stretch=outside,
+        )
+        self._mode = "corun"
+        self._corun_clock_mhz = result.device_clock_mhz
+        self._corun_dynamic_w = result.dynamic_w
+        power_ref = self._power_now_w()
+        for i, (active, run, _) in enumerate(kernels):
+            self._set_rate(
+                active,
+                run.duration_s * active.time_scale * result.slowdown[i],
+                result.clock_mhz[i],
+                power_ref,
+                run.throttled or result.throttled[i],
+                now,
+            )
+
+    @staticmethod
+    def _set_rate(
+        active: _Active,
+        duration_s: float,
+        clock_mhz: float,
+        power_w: float,
+        throttled: bool,
+        now: float,
+    ) -> None:
+        if duration_s != active.duration_s:
+            active.duration_s = duration_s
+            active.end_s = now + (1.0 - active.progress) * duration_s
+        active.clock_mhz = clock_mhz
+        active.power_ref_w = power_w
+        active.throttled_now = throttled
+
+    # ------------------------------------------------------------------ internals: time
     def _advance_to(self, t_s: float) -> None:
+        # Rates are constant up to t_s: the clock stops at every event.
         while self._t < t_s - _EPS_S:
-            if self._running is None and self._queue:
-                self._start_next()
-            running = self._running
-            step = _STEP_BUSY_S if running is not None else _STEP_IDLE_S
+            step = _STEP_BUSY_S if self._active else _STEP_IDLE_S
             seg_end = min(t_s, self._t + step, self._next_sensor_s)
-            if running is not None:
-                seg_end = min(seg_end, running.record.end_s)
             self._integrate(seg_end)
             if self._t >= self._next_sensor_s - _EPS_S:
                 self._update_sensor()
-            if running is not None and self._t >= running.record.end_s - _EPS_S:
-                self._records.append(running.record)
-                self._running = None
         self._t = max(self._t, t_s)
 
     def _integrate(self, seg_end: float) -> None:
@@ -556,7 +1149,8 @@ class SimulatedGPU:
         if self._record_trace:
             self._trace.append((self._t, seg_end, power))
         self._window.append((self._t, seg_end, power))
-        self._temp_c = thermal_step_c(self._phys, self._temp_c, power, dt)
+        if self.mechanisms.thermal:
+            self._temp_c = thermal_step_c(self._phys, self._temp_c, power, dt)
         self._t = seg_end
 
     def _update_sensor(self) -> None:

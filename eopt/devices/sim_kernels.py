@@ -169,6 +169,16 @@ class SimKernel:
         flops, nbytes = self.cost(self.workload(workload), spec)
         return flops * spec.flops_factor, nbytes * spec.bytes_factor
 
+    def memory_efficiency(
+        self, impl: str | None = None, workload: Mapping[str, Any] | None = None
+    ) -> float:
+        """Share of the peak DRAM (or link) bandwidth one invocation draws while moving
+        data: what it leaves to kernels co-running with it (0–1)."""
+        spec = self.implementation(impl)
+        if self.tuned is not None:
+            spec = self.tuned(self.workload(workload))[2]
+        return spec.memory_eff
+
     def demand(
         self,
         profile: GpuProfile,
