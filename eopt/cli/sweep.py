@@ -364,7 +364,10 @@ _SECONDS_HELP = "s; a bare number, or with s or ms"
 )
 @click.option("--gpu", "gpu", default="0", show_default=True, help=GPU_HELP)
 @click.option(
-    "--sim-model", default="A100-SXM4-40GB", show_default=True, help="Simulated GPU model."
+    "--sim-model",
+    default="A100-SXM4-40GB",
+    show_default=True,
+    help="Simulated GPU model, or a profile file from `eopt sim fit`.",
 )
 @click.option(
     "--seed",

@@ -15,15 +15,25 @@ Model (all powers in W, clocks in MHz, times in s, temperatures in °C):
   where ``u_c`` and ``u_m`` are the fractions of the kernel's time its compute and memory
   pipes are busy (from the roofline time model below).
 * Kernel time (roofline with partial overlap): compute time ``t_c = compute_s·f_max/f``,
-  memory time ``t_m`` (independent of the SM clock), combined by a p-norm
+  memory time ``t_m = memory_s·((1/m)**q + (s·f_max/f)**q)**(1/q)``, combined by a p-norm
   ``(t_c**p + t_m**p)**(1/p)`` (p = 1: no overlap; p → ∞: the roofline max), plus a fixed
-  launch overhead.
+  launch overhead. The memory side is itself a roofline of two stages: the DRAM (``m`` is
+  the memory clock relative to the top one) and the core side that feeds it (load/store
+  units, L2 and crossbar, clocked with the SMs). ``s = mem_core_share`` is the core side's
+  time relative to the DRAM's at the top clock, fitted per GPU: below ``s·f_max`` the SM
+  clock limits even memory-bound kernels (a V100's slow 2.3–2.6× at 0.29 f_max, an
+  RTX 8000's hardly at all); ``q = mem_core_p`` is how sharply the two stages hand over.
+  ``s = 0``: memory time ignores the SM clock.
+* Memory power ``p_mem·mem_activity·u_m·m``: the DRAM's energy per byte is fixed, so its
+  power follows the bandwidth the memory clock allows.
 * Power-limit throttling: a kernel's activity is not uniform; it is modelled as ``phases``
   equal slices of its work whose activity spreads ``±throttle_spread`` around the mean.
   Each slice runs at the highest clock (continuous: the time average of the driver's clock
   dithering) at which its power fits under the limit, so the average power approaches the
   limit smoothly and the busiest slices slow down first.
-* Thermal RC: ``C·dT/dt = P − (T − t_ambient)/R``.
+* Thermal RC: ``C·dT/dt = P − (T − t_ambient)/R``. Profiles size ``C`` for a time
+  constant ``R·C`` of about a minute (die plus heatsink), the scale on which a board's
+  leakage-driven power drift settles under a steady load.
 """
 
 from __future__ import annotations
@@ -75,6 +85,9 @@ class GpuPhysics:
         time_jitter: Relative standard deviation of a launch's duration.
         activity_jitter: Relative standard deviation of a launch's dynamic power.
         sensor_noise: Relative standard deviation of a power-sensor reading.
+        mem_core_share: Core-side memory time (scales with 1/SM clock) relative to the
+            DRAM time at the top clock (0–1; 0: memory time ignores the SM clock).
+        mem_core_p: p-norm exponent combining DRAM and core-side memory time (≥ 1).
     """
 
     v_min: float = 0.72
@@ -96,6 +109,8 @@ class GpuPhysics:
     time_jitter: float = 0.004
     activity_jitter: float = 0.004
     sensor_noise: float = 0.005
+    mem_core_share: float = 0.0
+    mem_core_p: float = 4.0
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = "physics") -> GpuPhysics:
@@ -124,9 +139,13 @@ class GpuPhysics:
 class KernelDemand:
     """What one kernel invocation asks of a GPU, independent of the operating point.
 
+    The physics functions broadcast over the fields too: a fit evaluates many kernels at
+    once with NumPy arrays shaped ``settings.shape + (1,)`` in place of the floats.
+
     Attributes:
         compute_s: Compute-pipe time at the top SM clock, in s (scales with 1/clock).
-        memory_s: Memory time, in s (independent of the SM clock).
+        memory_s: DRAM time at the top memory clock, in s (the GPU's ``mem_core_share``
+            says when the SM clock limits the memory side instead).
         activity: Dynamic core activity while the compute pipe is busy (0–1.5).
         mem_activity: Memory-system activity while the memory pipe is busy (0–1.5).
         overlap_p: p-norm exponent combining compute and memory time (≥ 1).
@@ -185,9 +204,13 @@ def static_power_w(phys: GpuPhysics, f_mhz: Any, f_max_mhz: float, temp_c: Any) 
     )
 
 
-def _time_and_utils(demand: KernelDemand, f_mhz: Any, f_max_mhz: float) -> tuple[Any, Any, Any]:
-    t_c = demand.compute_s * f_max_mhz / np.asarray(f_mhz, dtype=float)
-    t_m = demand.memory_s
+def _time_and_utils(
+    phys: GpuPhysics, demand: KernelDemand, f_mhz: Any, f_max_mhz: float, mem_rel: Any
+) -> tuple[Any, Any, Any]:
+    slow = f_max_mhz / np.asarray(f_mhz, dtype=float)
+    t_c = demand.compute_s * slow
+    share, q = phys.mem_core_share, phys.mem_core_p
+    t_m = demand.memory_s * ((1.0 / mem_rel) ** q + (share * slow) ** q) ** (1.0 / q)
     p = demand.overlap_p
     busy = (t_c**p + t_m**p) ** (1.0 / p)
     total = busy + demand.launch_s
@@ -201,12 +224,13 @@ def _slice_power_w(
     f_mhz: Any,
     f_max_mhz: float,
     temp_c: Any,
+    mem_rel: Any,
 ) -> Any:
-    _, u_c, u_m = _time_and_utils(demand, f_mhz, f_max_mhz)
+    _, u_c, u_m = _time_and_utils(phys, demand, f_mhz, f_max_mhz, mem_rel)
     v = voltage_rel(phys, f_mhz, f_max_mhz)
     f_rel = np.asarray(f_mhz, dtype=float) / f_max_mhz
     dynamic = phys.p_core_w * activity * u_c * v**2 * f_rel
-    memory = phys.p_mem_w * demand.mem_activity * u_m
+    memory = phys.p_mem_w * demand.mem_activity * u_m * mem_rel
     return static_power_w(phys, f_mhz, f_max_mhz, temp_c) + dynamic + memory
 
 
@@ -224,8 +248,11 @@ def kernel_run_arrays(
     temp_c: Any,
     f_max_mhz: float,
     f_min_mhz: float,
+    mem_rel: Any = 1.0,
 ) -> dict[str, np.ndarray]:
     """Vectorised :func:`kernel_run`: arrays over settings (broadcast), for calibration.
+
+    ``mem_rel`` is the memory clock relative to the top one (broadcasts like the settings).
 
     Returns:
         Mapping with ``duration_s``, ``power_w``, ``energy_j``, ``leak_coeff_w``,
@@ -234,12 +261,13 @@ def kernel_run_arrays(
     f_set = np.asarray(f_set_mhz, dtype=float)[..., None]
     limit = np.asarray(limit_w, dtype=float)[..., None]
     temp = np.asarray(temp_c, dtype=float)[..., None]
+    m_rel = np.asarray(mem_rel, dtype=float)[..., None]
     acts = _slice_activities(phys, demand.activity)
-    shape = np.broadcast_shapes(f_set.shape, limit.shape, temp.shape, acts.shape)
-    f_set, limit, temp = (np.broadcast_to(a, shape) for a in (f_set, limit, temp))
+    shape = np.broadcast_shapes(f_set.shape, limit.shape, temp.shape, m_rel.shape, acts.shape)
+    f_set, limit, temp, m_rel = (np.broadcast_to(a, shape) for a in (f_set, limit, temp, m_rel))
     acts = np.broadcast_to(acts, shape)
 
-    p_top = _slice_power_w(phys, demand, acts, f_set, f_max_mhz, temp)
+    p_top = _slice_power_w(phys, demand, acts, f_set, f_max_mhz, temp, m_rel)
     over = p_top > limit
     f_eff = f_set.copy()
     if np.any(over):
@@ -248,15 +276,15 @@ def kernel_run_arrays(
         hi = f_set.copy()
         for _ in range(_BISECTION_STEPS):
             mid = 0.5 * (lo + hi)
-            fits = _slice_power_w(phys, demand, acts, mid, f_max_mhz, temp) <= limit
+            fits = _slice_power_w(phys, demand, acts, mid, f_max_mhz, temp, m_rel) <= limit
             lo = np.where(fits, mid, lo)
             hi = np.where(fits, hi, mid)
         f_eff = np.where(over, lo, f_set)
 
     k = shape[-1]
-    t_slice, _, _ = _time_and_utils(demand, f_eff, f_max_mhz)
+    t_slice, _, _ = _time_and_utils(phys, demand, f_eff, f_max_mhz, m_rel)
     t_slice = t_slice / k
-    p_slice = _slice_power_w(phys, demand, acts, f_eff, f_max_mhz, temp)
+    p_slice = _slice_power_w(phys, demand, acts, f_eff, f_max_mhz, temp, m_rel)
     v = voltage_rel(phys, f_eff, f_max_mhz)
     duration = t_slice.sum(axis=-1)
     energy = (p_slice * t_slice).sum(axis=-1)
@@ -279,6 +307,7 @@ def kernel_run(
     temp_c: float,
     f_max_mhz: float,
     f_min_mhz: float,
+    mem_rel: float = 1.0,
 ) -> KernelRun:
     """How one invocation of ``demand`` runs at clock ``f_set_mhz`` under ``limit_w``.
 
@@ -290,8 +319,9 @@ def kernel_run(
         temp_c: Die temperature at the start, in °C.
         f_max_mhz: The GPU's top SM clock, in MHz.
         f_min_mhz: The lowest clock the power controller may drop to, in MHz.
+        mem_rel: Memory clock relative to the top memory clock.
     """
-    out = kernel_run_arrays(phys, demand, f_set_mhz, limit_w, temp_c, f_max_mhz, f_min_mhz)
+    out = kernel_run_arrays(phys, demand, f_set_mhz, limit_w, temp_c, f_max_mhz, f_min_mhz, mem_rel)
     return KernelRun(
         duration_s=float(out["duration_s"]),
         power_w=float(out["power_w"]),
@@ -309,6 +339,7 @@ def steady_state_run(
     f_max_mhz: float,
     f_min_mhz: float,
     iterations: int = 8,
+    mem_rel: Any = 1.0,
 ) -> dict[str, np.ndarray]:
     """The kernel run back-to-back until the temperature settles (broadcasts).
 
@@ -321,7 +352,9 @@ def steady_state_run(
     temp = np.full(np.shape(np.asarray(f_set_mhz, dtype=float)), phys.t_ambient_c + 40.0)
     out: dict[str, np.ndarray] = {}
     for _ in range(max(iterations, 1)):
-        out = kernel_run_arrays(phys, demand, f_set_mhz, limit_w, temp, f_max_mhz, f_min_mhz)
+        out = kernel_run_arrays(
+            phys, demand, f_set_mhz, limit_w, temp, f_max_mhz, f_min_mhz, mem_rel
+        )
         temp = phys.t_ambient_c + phys.r_thermal_k_per_w * out["power_w"]
     out["temp_c"] = temp
     return out

@@ -4,14 +4,22 @@ A profile names the model, its SM clock table, memory clocks, power-limit range,
 peak FLOP/s, memory and link bandwidth, its power sensor's averaging window, and its
 physical parameters (:class:`~eopt.devices.sim_physics.GpuPhysics`). ``base:`` inherits
 another profile and overrides some keys (the ``physics`` section key by key).
+
+Each profile says where its physics comes from (``provenance``): fitted to measured data
+(with the fit's held-out error under ``fit``), or an extrapolation (``extrapolated:
+true``; the H100 and H200 profiles, which no data in this project measure). A profile may
+also be a file of the user's (``eopt sim fit LIB.jsonl -o my-gpu.json`` writes one):
+:func:`load_profile` takes its path wherever it takes a name.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -58,6 +66,8 @@ class GpuProfile:
         power_average_window_s: How much of each ``SENSOR_PERIOD_S`` refresh interval the
             averaged power reading covers, in s: the mean over the last window before each
             refresh (0 < window ≤ the period). Load outside the windows is never seen.
+        provenance: Where the physics comes from (data, fit, or extrapolation).
+        extrapolated: True when no measured data of this model were fitted.
     """
 
     model: str
@@ -74,6 +84,8 @@ class GpuProfile:
     link_bandwidth_bytes_per_s: float
     physics: GpuPhysics
     power_average_window_s: float = DEFAULT_POWER_AVERAGE_WINDOW_S
+    provenance: str = ""
+    extrapolated: bool = False
 
     @property
     def max_sm_clock_mhz(self) -> float:
@@ -91,20 +103,58 @@ def _profile_files() -> dict[str, Any]:
     return {p.name[: -len(".yaml")]: p for p in root.iterdir() if p.name.endswith(".yaml")}
 
 
+_FILE_SUFFIXES = (".json", ".yaml", ".yml")
+
+
+def _is_path(name: str) -> bool:
+    return name.lower().endswith(_FILE_SUFFIXES) or "/" in name or "\\" in name
+
+
+def _where(name: str) -> str:
+    return name if _is_path(name) else f"{_DIR}/{name}.yaml"
+
+
+def _read_user_file(name: str) -> Any:
+    path = Path(name)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise ValueError(
+            f"{name}: no such GPU profile file; write one with `eopt sim fit LIB.jsonl -o "
+            f"{name}` or name a built-in model ({', '.join(available_profiles())})"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{name}: cannot read this GPU profile ({exc})") from None
+    try:
+        if path.suffix.lower() == ".json":
+            return json.loads(text)
+        return yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise ValueError(
+            f"{name}: not valid JSON/YAML ({exc}); rewrite it with `eopt sim fit`"
+        ) from None
+
+
 @functools.cache
 def _raw(name: str) -> dict[str, Any]:
-    files = _profile_files()
-    if name not in files:
-        raise ValueError(
-            f"unknown simulated GPU model {name!r}; available: {', '.join(available_profiles())}"
-        )
-    data = yaml.safe_load(files[name].read_text(encoding="utf-8"))
-    where = f"{_DIR}/{name}.yaml"
+    if _is_path(name):
+        data = _read_user_file(name)
+    else:
+        files = _profile_files()
+        if name not in files:
+            raise ValueError(
+                f"unknown simulated GPU model {name!r}; available: "
+                f"{', '.join(available_profiles())} (or the path of a profile file)"
+            )
+        data = yaml.safe_load(files[name].read_text(encoding="utf-8"))
+    where = _where(name)
     if not isinstance(data, dict) or data.get("kind") != "gpu":
         raise ValueError(f"{where}: not a GPU profile (expected 'kind: gpu')")
     base = data.get("base")
     if base is None:
         return data
+    if _is_path(str(base)):
+        raise ValueError(f"{where}: base must name a built-in profile, not a file ({base!r})")
     merged = dict(_raw(str(base)))
     physics = dict(merged.get("physics") or {})
     physics.update(data.get("physics") or {})
@@ -146,13 +196,14 @@ def _clock_list(value: Any, where: str) -> tuple[float, ...]:
 
 @functools.cache
 def load_profile(name: str) -> GpuProfile:
-    """The profile called ``name`` (e.g. ``"A100-SXM4-40GB"``).
+    """The profile called ``name`` (e.g. ``"A100-SXM4-40GB"``), or the profile file at
+    path ``name`` (``.json``, ``.yaml``; e.g. one ``eopt sim fit`` wrote).
 
     Raises:
         ValueError: for an unknown name (listing the available ones) or a malformed file.
     """
     data = _raw(name)
-    where = f"{_DIR}/{name}.yaml"
+    where = _where(name)
     try:
         limits = data["power_limit_w"]
         sm_clocks = _clock_list(data["sm_clocks_mhz"], f"{where}: sm_clocks_mhz")
@@ -181,6 +232,8 @@ def load_profile(name: str) -> GpuProfile:
             link_bandwidth_bytes_per_s=float(data["link_bandwidth_bytes_per_s"]),
             physics=GpuPhysics.from_dict(data.get("physics") or {}, f"{where}: physics"),
             power_average_window_s=float(window_s),
+            provenance=str(data.get("provenance", "")).strip(),
+            extrapolated=bool(data.get("extrapolated", False)),
         )
     except KeyError as exc:
         raise ValueError(f"{where}: missing key {exc.args[0]!r}") from exc

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from eopt.devices.sim_physics import (
+    GpuPhysics,
     KernelDemand,
     kernel_run,
     kernel_run_arrays,
@@ -106,3 +107,40 @@ def test_steady_state_temperature_is_consistent_with_its_power():
     assert static_power_w(PHYS, 1410.0, F_MAX, out["temp_c"][1]) > static_power_w(
         PHYS, 1410.0, F_MAX, out["temp_c"][0]
     )
+
+
+@given(st.floats(0.0, 1.0), st.floats(1.0, 8.0), st.sampled_from(A100.sm_clocks_mhz))
+def test_memory_bound_slowdown_is_bounded_by_the_clock_ratio(share, p, f):
+    # A kernel that only moves memory: its slowdown at a lower SM clock is the core side's
+    # roofline term, never more than the clock ratio and never a speed-up.
+    phys = replace(PHYS, mem_core_share=share, mem_core_p=p)
+    d = KernelDemand(compute_s=1e-9, memory_s=0.01, activity=0.5, launch_s=0.0)
+    top = kernel_run(phys, d, F_MAX, 1e9, 60.0, F_MAX, F_MIN).duration_s
+    low = kernel_run(phys, d, f, 1e9, 60.0, F_MAX, F_MIN).duration_s
+    ratio = F_MAX / f
+    assert 1.0 - 1e-9 <= low / top <= ratio * (1 + 1e-9)
+    expected = ((1 + (share * ratio) ** p) / (1 + share**p)) ** (1 / p)
+    assert low / top == pytest.approx(expected, rel=1e-6)
+
+
+def test_without_a_core_share_memory_time_ignores_the_sm_clock_as_before():
+    d = KernelDemand(compute_s=1e-9, memory_s=0.01, activity=0.5, launch_s=0.0)
+    out = kernel_run_arrays(PHYS, d, np.array([F_MIN, 900.0, F_MAX]), 1e9, 60.0, F_MAX, F_MIN)
+    assert PHYS.mem_core_share == 0.0  # the A100 profile predates the share
+    assert np.allclose(out["duration_s"], out["duration_s"][-1], rtol=1e-6)
+
+
+@given(demands, st.floats(0.3, 1.0))
+def test_a_slower_memory_clock_never_speeds_a_kernel_up(d, mem_rel):
+    fast = kernel_run(PHYS, d, F_MAX, 1e9, 60.0, F_MAX, F_MIN)
+    slow = kernel_run(PHYS, d, F_MAX, 1e9, 60.0, F_MAX, F_MIN, mem_rel=mem_rel)
+    assert slow.duration_s >= fast.duration_s * (1 - 1e-12)
+    if d.compute_s < 1e-3 * d.memory_s:  # memory-only: DRAM time scales as 1/clock
+        assert slow.duration_s - d.launch_s == pytest.approx(
+            (fast.duration_s - d.launch_s) / mem_rel, rel=1e-2
+        )
+
+
+def test_old_profile_dicts_still_load_with_the_memory_share_off():
+    old = {k: v for k, v in PHYS.to_dict().items() if k != "mem_core_share"}
+    assert GpuPhysics.from_dict(old).mem_core_share == 0.0
