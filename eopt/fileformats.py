@@ -628,6 +628,13 @@ KINDS: dict[str, FileKind] = {
         FileKind("comparison", "a comparison", "eopt.comparison/1", "from `eopt compare`"),
         FileKind("runset", "a run set", "eopt.runset/1", "from `eopt measure --repeat`"),
         FileKind("composition", "a composition", "eopt.composition/1", "from `eopt compose`"),
+        FileKind(
+            "interactions",
+            "an interaction graph",
+            "eopt.interactions/1",
+            "from `eopt check --write-graph` or written by hand",
+        ),
+        FileKind("check", "a check result", "eopt.check/1", "from `eopt check -o`"),
         FileKind("regions", "a region log", "eopt.region/1", "from eopt.measure.regions"),
         FileKind("gpu-state", "a GPU state file", "eopt.gpu-state/1", "from eopt while it runs"),
     )

@@ -75,6 +75,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from eopt.calculus.context import ISOLATED, device_entry_context
 from eopt.calculus.library import append_signature, read_library
 from eopt.calculus.signature import Signature
 from eopt.devices.base import Device, DeviceError
@@ -997,7 +998,10 @@ def sweep(
 
     Each signature's ``meta`` also records ``sync`` (what each window waited with),
     ``op_point_set`` (whether eopt set the point or measured at the current setting),
-    ``device_uuid``, ``device_notes`` (what the device noted setting the point) and, from
+    ``device_uuid``, ``device_notes`` (what the device noted setting the point),
+    ``context`` (the entry context φ the cell's windows started from and the runtime
+    context ρ, empty: cells run alone; :mod:`eopt.calculus.context`), ``exit_context``
+    (the state the cell left behind) and, from
     the repeat protocol, what the device ran at per window and the flags where that
     differs from the point (:mod:`eopt.measure.repeat`).
 
@@ -1126,6 +1130,12 @@ def _sweep_locked(
                         progress(done, total, cell, None)
                     if before_cell is not None:
                         before_cell(cell)
+                    # φ as the cell's windows find it, ρ = {e}: a sweep runs each cell
+                    # alone (paper §3.1: every measurement records its context).
+                    context = {
+                        "entry": device_entry_context(device).to_dict(),
+                        "runtime": ISOLATED.to_dict(),
+                    }
                     sig = measure_signature(
                         kernel.name,
                         kernel.runner(cell.impl, device),
@@ -1138,8 +1148,15 @@ def _sweep_locked(
                         sync=sync,
                         static=static,
                         backend=backend,
-                        extra_meta={**extra, "device_notes": point_notes},
+                        extra_meta={
+                            **extra,
+                            "device_notes": point_notes,
+                            "context": context,
+                        },
                     )
+                    # The state the cell leaves behind: what the next cell inherits.
+                    exit_state = device_entry_context(device).to_dict()
+                    sig = sig.with_(meta={**sig.meta, "exit_context": exit_state})
                     append_signature(path, sig)
                     measured.append(sig)
                     done += 1

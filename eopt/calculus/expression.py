@@ -420,6 +420,10 @@ def _resolve(
         # A placement's device narrows the choice when signatures are per device.
         on_device = [s for s in chosen if device in s.devices]
         chosen = on_device or chosen
+    if len(chosen) > 1:
+        # A bare name means the element's context-independent values (paper §4.3); its
+        # characterized variants are for composition with an interaction graph.
+        chosen = [s for s in chosen if s.context is None] or chosen
     distinct = list({repr(s.to_dict()): s for s in chosen}.values())
     if len(distinct) == 1:
         return distinct[0]

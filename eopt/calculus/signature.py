@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from eopt.calculus.context import Context, ContextError
 from eopt.devices.operating_point import OperatingPoint
 from eopt.fileformats import (
     Where,
@@ -39,6 +40,16 @@ def _check_number(name: str, field_name: str, value: float) -> float:
     return value
 
 
+def _context(data: Any, at: Where) -> Context | None:
+    """A signature's ``context`` field (absent or null: the null context in isolation)."""
+    if data is None:
+        return None
+    try:
+        return Context.from_dict(data, at)
+    except ContextError as exc:  # a value check of the context itself
+        at.fail(str(exc))
+
+
 @dataclass(frozen=True)
 class Signature:
     """The reduced energy signature of an element: E = s·T + d, with uncertainty.
@@ -56,6 +67,8 @@ class Signature:
         op_point: ω, the operating point it was measured at.
         meta: How it was measured (method, backend, n runs, medians, CIs …).
         term: The operator expression that produced it (its name for a measured element).
+        context: The context (φ, ρ) these values were characterized at; None for the
+            null context in isolation, the context-independent form (paper §4.3).
     """
 
     name: str
@@ -70,6 +83,7 @@ class Signature:
     op_point: OperatingPoint = field(default_factory=OperatingPoint)
     meta: Mapping[str, Any] = field(default_factory=dict)
     term: str = ""
+    context: Context | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -87,6 +101,10 @@ class Signature:
         object.__setattr__(self, "meta", dict(self.meta))
         if not self.term:
             object.__setattr__(self, "term", self.name)
+        if self.context is not None and not isinstance(self.context, Context):
+            raise SignatureError(
+                f"signature {self.name!r}: context must be a Context or None, got {self.context!r}"
+            )
 
     # Derived quantities -------------------------------------------------------------------
     @property
@@ -162,6 +180,8 @@ class Signature:
         }
         if self.term != self.name:
             out["term"] = self.term
+        if self.context is not None:
+            out["context"] = self.context.to_dict()
         return out
 
     @classmethod
@@ -191,6 +211,7 @@ class Signature:
         known = {
             "schema", "name", "static_power", "time", "dynamic_energy", "var_time",
             "var_energy", "devices", "device", "workload", "impl", "op_point", "meta", "term",
+            "context",
         }  # fmt: skip
         no_unknown(data, known, at)
         name = data["name"]
@@ -219,6 +240,7 @@ class Signature:
             op_point=op_point,
             meta=mapping(data.get("meta", {}), at / "meta"),
             term=string(data["term"], at / "term", what="a term") if "term" in data else "",
+            context=_context(data.get("context"), at / "context"),
         )
 
     def __str__(self) -> str:

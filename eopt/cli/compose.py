@@ -9,8 +9,11 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
+from eopt.calculus.contextual import ContextOutsideError
+from eopt.calculus.contextual_schedule import Substitution, compose_with_interactions
 from eopt.calculus.expression import ExpressionError, expression_bias, parse_expression
 from eopt.calculus.expression import evaluate as evaluate_expression
+from eopt.calculus.interactions import InteractionsError, read_interactions
 from eopt.calculus.library import Library, LibraryError
 from eopt.calculus.operators import CompositionError
 from eopt.calculus.schedule import (
@@ -83,12 +86,24 @@ def _parse_measured(text: str | None) -> tuple[float, float] | None:
     return value, sigma
 
 
+def _null_context(library: Library) -> Library:
+    """What names resolve to: each element's context-independent values.
+
+    Values characterized at other contexts (a signature with a ``context``) are for the
+    interaction graph; they would make a name ambiguous. An element known only at a
+    context (a co-run pair's composite) stays resolvable.
+    """
+    plain = {s.name for s in library if s.context is None}
+    return Library(s for s in library if s.context is None or s.name not in plain)
+
+
 def _report(
     sig: Signature,
     confidence: float,
     bias: BiasBound | None,
     deviation: DeviationResult | None,
     usage: list[DeviceUsage] | None = None,
+    substitutions: list[Substitution] | None = None,
 ) -> dict[str, Any]:
     interval = prediction_interval(sig, confidence)
     out: dict[str, Any] = {
@@ -108,6 +123,19 @@ def _report(
         total = bias.total_interval(sig)
         out["reduction_bias_j"] = bias.bias
         out["interval_with_bias_j"] = {"low": total.low, "high": total.high}
+    if substitutions is not None:
+        # What the interaction graph replaced; everything else is in the bias bound.
+        out["interactions"] = [
+            {
+                "edge": sub.edge,
+                "device": sub.device,
+                "start_s": sub.start_s,
+                "elements": list(sub.elements),
+                "context": sub.context,
+                "energy_shift_j": sub.energy_shift_j,
+            }
+            for sub in substitutions
+        ]
     if deviation is not None:
         out["deviation_test"] = {
             "passed": deviation.passed,
@@ -165,6 +193,15 @@ def _print(data: dict[str, Any], confidence: float) -> None:
             f"{data['reduction_bias_j']:.3g} J (Reduction Theorem; with it "
             f"{format_energy(total['low'])} – {format_energy(total['high'])})",
         )
+    if "interactions" in data:
+        used = data["interactions"]
+        shift = sum(u["energy_shift_j"] for u in used)
+        edges = sorted({u["edge"] for u in used})
+        table.add_row(
+            "interactions",
+            f"{len(used)} characterized use(s) of {len(edges)} edge(s)"
+            + (f" ({escape(', '.join(edges))}; {shift:+.4g} J)" if used else ""),
+        )
     if "deviation_test" in data:
         t = data["deviation_test"]
         verdict = "[green]agrees[/]" if t["passed"] else "[bold red]deviates[/]"
@@ -215,11 +252,19 @@ def _print(data: dict[str, Any], confidence: float) -> None:
     metavar="J[±σ]",
     help="A direct measurement of the same composition: runs the deviation test (Eq. 23).",
 )
+@click.option(
+    "--graph",
+    "graph_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Interaction graph (eopt.interactions/1): pairs in it compose with their "
+    "characterized values (with --schedule); the bias bound covers the rest.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
 @quiet_option
 def command(
     args: tuple[str, ...],
     schedule_file: Path | None,
+    graph_file: Path | None,
     idle_power_text: str | None,
     confidence: float,
     measured: str | None,
@@ -239,6 +284,7 @@ def command(
       eopt compose examples/figure2_library.jsonl --schedule examples/figure2_schedule.yaml
       eopt compose lib.jsonl "gemm[impl=cutlass,sm_clock_mhz=1200] ⊗ idle(2ms, 60W)"
       eopt compose plan.signatures.jsonl --schedule schedule.json --measured 253.4J±0.5J
+      eopt compose lib.jsonl contextual.jsonl --schedule s.yaml --graph interactions.json
     """
     if schedule_file is None:
         if len(args) < 2:
@@ -249,6 +295,8 @@ def command(
         libraries, expression = list(args[:-1]), args[-1]
     else:
         libraries, expression = list(args), None
+    if graph_file is not None and schedule_file is None:
+        raise UserError("--graph applies to a placed schedule: add --schedule FILE")
     measured_value = _parse_measured(measured)
     try:
         idle_power = _parse_idle_power(idle_power_text)
@@ -257,6 +305,7 @@ def command(
             raise UserError(f"no signatures in {', '.join(libraries)}")
         bias: BiasBound | None = None
         usage: list[DeviceUsage] | None = None
+        substitutions: list[Substitution] | None = None
         if expression is not None:
             if expression.endswith(".jsonl") and Path(expression).exists():
                 raise UserError(
@@ -264,23 +313,35 @@ def command(
                     'expression last, e.g. "seq(a, b)", or use --schedule FILE'
                 )
             tree = parse_expression(expression)
-            sig = evaluate_expression(tree, library, expression, idle_power)
-            bias = expression_bias(tree, library, confidence)
+            names = _null_context(library)
+            sig = evaluate_expression(tree, names, expression, idle_power)
+            bias = expression_bias(tree, names, confidence)
         else:
             assert schedule_file is not None
-            placements = read_placements(schedule_file, library)
+            placements = read_placements(schedule_file, _null_context(library))
             if idle_power is None:
                 idle_power = placements.idle_power
+            graph = read_interactions(graph_file) if graph_file is not None else None
             try:
-                sig = compose_schedule(placements.placements, idle_power)
-                bias = schedule_bias(placements.placements, confidence)
-                usage = schedule_breakdown(placements.placements, idle_power)
+                if graph is None:
+                    sig = compose_schedule(placements.placements, idle_power)
+                    bias = schedule_bias(placements.placements, confidence)
+                    usage = schedule_breakdown(placements.placements, idle_power)
+                else:
+                    result = compose_with_interactions(
+                        placements.placements, library, graph, idle_power, confidence=confidence
+                    )
+                    sig, bias = result.signature, result.bias
+                    usage = schedule_breakdown(result.placements, idle_power)
+                    substitutions = list(result.substitutions)
+            except ContextOutsideError as exc:
+                raise UserError(f"{schedule_file} with {graph_file}: {exc}") from None
             except (CompositionError, ValueError) as exc:
                 raise UserError(f"{schedule_file}: {exc}") from None
-    except (ExpressionError, LibraryError, ValueError) as exc:
+    except (ExpressionError, LibraryError, InteractionsError, ValueError) as exc:
         raise UserError(str(exc)) from None
     deviation = deviation_test(sig, measured_value, confidence) if measured_value else None
-    data = _report(sig, confidence, bias, deviation, usage)
+    data = _report(sig, confidence, bias, deviation, usage, substitutions)
     if as_json:
         write_json("-", data)
     else:
