@@ -29,12 +29,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compare": ("eopt.cli.compare", "Does variant B really cost less than A over repeated runs?"),
     "frontier": ("eopt.cli.frontier", "Print or plot the time–energy Pareto frontier."),
     "compose": ("eopt.cli.compose", "Compose signatures along an expression or a schedule."),
+    "check": ("eopt.cli.check", "Run a schedule, test its prediction, and explain a deviation."),
     "plan": ("eopt.cli.plan", "Generate plans (e.g. 1F1B pipelines) from profiles."),
     "solve": ("eopt.cli.solve", "Choose κ and ω per element: minimum energy under a deadline."),
     "apply": ("eopt.cli.apply", "Set the clocks / power limits of a schedule through NVML."),
     "reset": ("eopt.cli.reset", "Restore GPUs that a killed eopt run left changed."),
     "report": ("eopt.cli.report", "Write a standalone HTML report."),
     "trace": ("eopt.cli.trace", "Export a Perfetto / Chrome trace."),
+    "sim": ("eopt.cli.sim", "Fit the simulated GPU to measurements of your own GPU."),
 }
 
 

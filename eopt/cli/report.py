@@ -44,6 +44,13 @@ __all__ = ["command"]
     help="Measured run (`eopt measure --json`) or a recorded trace folder: regions, power.",
 )
 @click.option(
+    "--check",
+    "check_path",
+    type=click.Path(dir_okay=False),
+    metavar="C.json",
+    help="Result of `eopt check -o`: prediction against measurement, interactions found.",
+)
+@click.option(
     "--perfetto",
     "perfetto_path",
     type=click.Path(dir_okay=False),
@@ -66,6 +73,7 @@ def command(
     schedule_path: str | None,
     frontier_path: str | None,
     measurement_path: str | None,
+    check_path: str | None,
     perfetto_path: str | None,
     title: str,
     output: str,
@@ -79,15 +87,25 @@ def command(
       eopt report --library gemm.jsonl -o gemm.html
       eopt report --measurement run.json --perfetto run.trace.json -o run.html
       eopt report --measurement run-trace/ -o run.html
+      eopt report --check check.json -o check.html
     """
     from eopt.calculus.library import read_library
     from eopt.plan.schedule import read_schedule
     from eopt.report import read_frontier_csv, read_measurement, write_report, write_trace
 
-    if not (libraries or schedule_path or frontier_path or measurement_path):
+    if not (libraries or schedule_path or frontier_path or measurement_path or check_path):
         raise UserError(
-            "nothing to report: give --schedule, --library, --frontier and/or --measurement"
+            "nothing to report: give --schedule, --library, --frontier, --measurement "
+            "and/or --check"
         )
+    check = None
+    if check_path:
+        from eopt.check.result_file import CheckFileError, read_check_result
+
+        try:
+            check = read_check_result(check_path)
+        except CheckFileError as exc:
+            raise UserError(str(exc)) from None
     schedule = read_schedule(schedule_path) if schedule_path else None
     library = [sig for path in libraries for sig in read_library(path)]
     frontier = read_frontier_csv(frontier_path) if frontier_path else None
@@ -107,13 +125,16 @@ def command(
     # After the inputs are read: a bad input is the first thing to hear about.
     check_output(output, force)
     check_output(perfetto_path, force, option="--perfetto")
-    sources = [p for p in (*libraries, schedule_path, frontier_path, measurement_path) if p]
+    sources = [
+        p for p in (*libraries, schedule_path, frontier_path, measurement_path, check_path) if p
+    ]
     target = write_report(
         output,
         schedule=schedule,
         library=library,
         frontier=frontier,
         measurement=measurement,
+        check=check,
         title=title,
         sources=[Path(s).name for s in sources],
     )

@@ -980,6 +980,22 @@ class NvmlGPU:
         return done
 
     # ------------------------------------------------------------------ sensors
+    def temperature_c(self) -> float | None:
+        """The GPU die temperature, in °C; None where the driver does not report it.
+
+        The entry context (paper §3.1) a measurement records: heat left by earlier work.
+        """
+        try:
+            return float(
+                self._nvml(
+                    "reading the temperature",
+                    pynvml.nvmlDeviceGetTemperature,
+                    pynvml.NVML_TEMPERATURE_GPU,
+                )
+            )
+        except (NvmlNotSupportedError, AttributeError):
+            return None
+
     def energy_counter_j(self) -> float | None:
         """Total energy since the driver loaded (mJ → J); None where unsupported (pre-Volta).
 

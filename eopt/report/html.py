@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from eopt.calculus.signature import Signature
 from eopt.fileformats import atomic_write_text
@@ -41,6 +42,7 @@ def render_report(
     library: Sequence[Signature] | None = None,
     frontier: Sequence[FrontierRow] | None = None,
     measurement: Measurement | None = None,
+    check: Mapping[str, Any] | None = None,
     title: str = "eopt report",
     sources: Sequence[str] = (),
 ) -> str:
@@ -52,16 +54,18 @@ def render_report(
             are marked).
         frontier: Rows of a frontier table (plan frontier, or per-element rows).
         measurement: A measured run (per-region table, power trace).
+        check: An ``eopt.check/1`` result (prediction against measurement, the
+            interactions found, the refined prediction).
         title: Page title.
         sources: Input file names, listed under the title.
 
     Raises:
         ValueError: when no input is given.
     """
-    if schedule is None and not library and not frontier and measurement is None:
+    if schedule is None and not library and not frontier and measurement is None and not check:
         raise ValueError(
             "nothing to report: give at least one of --schedule, --library, --frontier, "
-            "--measurement"
+            "--measurement, --check"
         )
     body: list[str] = [f"<h1>{esc(title)}</h1>"]
     if schedule is not None:
@@ -82,6 +86,8 @@ def render_report(
         body.append(_element_frontiers(library or (), element_rows, schedule))
     if measurement is not None:
         body.append(_measurement(measurement))
+    if check:
+        body.append(_check(check))
     css = resources.files("eopt.report").joinpath("report.css").read_text(encoding="utf-8")
     return (
         "<!DOCTYPE html>\n"
@@ -99,6 +105,58 @@ def write_report(path: str | Path, **kwargs: object) -> Path:
 
 
 # Sections -----------------------------------------------------------------------------------
+def _check(data: Mapping[str, Any]) -> str:
+    """``eopt check``: prediction against measurement, and what explained a deviation."""
+    pred, meas = data.get("predicted", {}), data.get("measured", {})
+    out = ["<h2>Prediction check</h2>"]
+    deviates = bool(data.get("deviation"))
+    cards = [
+        _card("predicted", f"{fmt_num(pred.get('energy_j', math.nan))} J"),
+        _card("measured", f"{fmt_num(meas.get('energy_j', math.nan))} J"),
+        _card("verdict", "deviates" if deviates else "agrees", good=not deviates),
+    ]
+    if deviates and data.get("refined_covers") is not None:
+        covered = bool(data["refined_covers"])
+        cards.append(_card("refined", "covers" if covered else "still off", good=covered))
+    out.append('<div class="cards">' + "".join(cards) + "</div>")
+    runs = meas.get("runs")
+    mech = data.get("mechanisms")
+    note = f"{runs} runs of the whole schedule" if runs else "Measured runs"
+    if mech:
+        note += f"; simulator mechanisms on: {', '.join(map(str, mech))}"
+    out.append(
+        f'<p class="note">{esc(note)}. Means are compared by their standard errors, '
+        "energy and time together at the stated confidence.</p>"
+    )
+    found = data.get("found") or []
+    if found:
+        out.append(
+            "<table><tr><th>elements</th><th>kind</th><th>mechanism</th><th>scope</th>"
+            "<th>ΔE</th><th>ΔT</th><th>evidence</th></tr>"
+        )
+        for f in found:
+            sep = " → " if f.get("kind") == "entry" else " ↔ "
+            out.append(
+                f"<tr><td>{esc(sep.join(map(str, f.get('elements', []))))}</td>"
+                f"<td>{esc(str(f.get('kind', '')))}</td><td>{esc(str(f.get('mechanism', '')))}</td>"
+                f"<td>{esc(str(f.get('scope', '')))}</td>"
+                f"<td>{esc(_pct(f.get('energy_rel')))}</td><td>{esc(_pct(f.get('time_rel')))}</td>"
+                f"<td>{esc(str(f.get('evidence', '')))}</td></tr>"
+            )
+        out.append("</table>")
+    refined = data.get("refined")
+    if refined:
+        out.append(
+            f'<p class="note">Refined prediction: {esc(fmt_num(refined.get("energy_j", math.nan)))}'
+            f" J after {esc(str(data.get('rounds', 0)))} round(s).</p>"
+        )
+    return "\n".join(out)
+
+
+def _pct(value: Any) -> str:
+    return f"{value:+.2%}" if isinstance(value, (int, float)) and math.isfinite(value) else ""
+
+
 def _card(key: str, value: str, good: bool = False) -> str:
     cls = "card good" if good else "card"
     return (

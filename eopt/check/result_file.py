@@ -1,0 +1,36 @@
+"""Reading an ``eopt.check/1`` result back (for ``eopt report --check``)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from eopt.fileformats import FileFormatError, Where, parse_json, read_text
+
+__all__ = ["CHECK_SCHEMA", "CheckFileError", "read_check_result"]
+
+CHECK_SCHEMA = "eopt.check/1"
+
+
+class CheckFileError(FileFormatError):
+    """A check result that cannot be read; the message names the file and the field."""
+
+
+def read_check_result(path: str | os.PathLike[str]) -> Mapping[str, Any]:
+    """Read the JSON ``eopt check -o`` wrote.
+
+    Raises:
+        CheckFileError: for a file that is not an ``eopt.check/1`` result, naming what is
+            missing and how to make one.
+    """
+    at = Where(str(path), error=CheckFileError)
+    data = parse_json(read_text(path, at, what="an eopt check result"), at)
+    if not isinstance(data, Mapping) or data.get("schema") != CHECK_SCHEMA:
+        at.fail(f"not an {CHECK_SCHEMA} result; write one with `eopt check SCHEDULE --sim -o FILE`")
+    for key in ("deviation", "found", "predicted", "measured", "test"):
+        if key not in data:
+            (at / key).fail(f"missing; an {CHECK_SCHEMA} result always has it")
+    if not isinstance(data["found"], list):
+        (at / "found").fail("expected a list of findings")
+    return data

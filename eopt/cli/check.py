@@ -1,0 +1,499 @@
+"""``eopt check``: does a placed schedule cost what its signatures predict? If not, why?"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.markup import escape
+from rich.table import Table
+
+from eopt.cli._common import (
+    FiniteRange,
+    UserError,
+    check_output,
+    console,
+    force_option,
+    quiet_option,
+    write_json,
+)
+
+__all__ = ["command", "read_kernel_map"]
+
+
+def read_kernel_map(path: Path) -> dict[str, Any]:
+    """Element type → how it runs on the simulator, from YAML/JSON.
+
+    The file maps each element to ``{kernel, impl, workload, reads, writes, sm_share,
+    sm_clock_mhz}``, directly or under ``elements:``.
+
+    Raises:
+        UserError: naming the file and the element for anything malformed.
+    """
+    from eopt.check.runner import SimElement
+    from eopt.fileformats import FileFormatError, Where, parse_yaml, read_text
+
+    try:
+        at = Where(str(path))
+        data = parse_yaml(read_text(path, at, what="a kernel map"), at, language="YAML/JSON")
+    except FileFormatError as exc:
+        raise UserError(str(exc)) from None
+    if isinstance(data, Mapping) and isinstance(data.get("elements"), Mapping):
+        data = data["elements"]
+    if not isinstance(data, Mapping) or not data:
+        raise UserError(
+            f"{path}: expected a mapping element → {{kernel: NAME, reads: [...], ...}}, "
+            "e.g. 'gemm_fwd: {kernel: gemm}'"
+        )
+    out: dict[str, Any] = {}
+    for name, spec in data.items():
+        where = f"{path}: {name}"
+        if isinstance(spec, str):
+            spec = {"kernel": spec}
+        if not isinstance(spec, Mapping):
+            raise UserError(f"{where}: expected {{kernel: NAME, ...}} or a kernel name")
+        try:
+            out[str(name)] = SimElement.from_dict(spec, where)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+    return out
+
+
+def _default_kernel(name: str, signature: Any) -> Any:
+    """A simulated kernel for an element: its library entry's, or the one it is named."""
+    from eopt.check.runner import SimElement
+    from eopt.devices.sim_kernels import kernel_names
+
+    catalog = set(kernel_names())
+    workload = dict(getattr(signature, "workload", {}) or {})
+    kernel = workload.pop("kernel", None)
+    if kernel in catalog:
+        clock = signature.op_point.sm_clock_mhz if signature is not None else None
+        return SimElement(
+            str(kernel),
+            signature.impl if signature.impl != "default" else None,
+            workload or None,
+            sm_clock_mhz=clock,
+        )
+    if name in catalog:
+        return SimElement(name)
+    return None
+
+
+def _placement_names(path: Path) -> list[str]:
+    """Element names a placements file uses (to characterize them before reading it)."""
+    from eopt.fileformats import FileFormatError, Where, parse_yaml, read_text
+
+    try:
+        at = Where(str(path))
+        data = parse_yaml(read_text(path, at, what="a placements file"), at, language="YAML/JSON")
+    except FileFormatError as exc:
+        raise UserError(str(exc)) from None
+    items = data.get("placements") if isinstance(data, Mapping) else data
+    if not isinstance(items, list):
+        raise UserError(f"{path}: expected a list of placements {{element, device, start}}")
+    names = [str(i["element"]) for i in items if isinstance(i, Mapping) and "element" in i]
+    return list(dict.fromkeys(names))
+
+
+@click.command("check")
+@click.argument(
+    "schedule_file", metavar="SCHEDULE", type=click.Path(dir_okay=False, path_type=Path)
+)
+@click.option(
+    "--library",
+    "library_files",
+    multiple=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Signature library (repeatable). With --sim and no library, every element is "
+    "characterized on the simulator first.",
+)
+@click.option(
+    "--graph",
+    "graph_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Interaction graph to start from (eopt.interactions/1).",
+)
+@click.option(
+    "--sim", is_flag=True, help="Run on simulated GPUs (each element a simulated kernel)."
+)
+@click.option(
+    "--mechanisms",
+    default="all",
+    show_default=True,
+    help="Interaction mechanisms the simulated GPUs have: all, none, or a comma list "
+    "(thermal,contention,power_cap,cache,clock_state,interconnect,node_power). "
+    "Run-to-run noise stays on.",
+)
+@click.option(
+    "--kernels",
+    "kernels_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="YAML/JSON: element → {kernel, reads, writes, sm_share, sm_clock_mhz, workload}. "
+    "Default: the kernel in the element's library workload, or the kernel it is named.",
+)
+@click.option(
+    "--gpu",
+    "gpu_specs",
+    multiple=True,
+    metavar="DEV=GPU",
+    help="Without --sim: which GPU runs a schedule device (DEV=0, DEV=cuda:1, DEV=GPU-uuid); "
+    "default: the schedule's devices on GPUs 0, 1, … in order.",
+)
+@click.option(
+    "--sync",
+    metavar="torch|cupy|none|MOD:FN",
+    default="none",
+    show_default=True,
+    help="Without --sim: what waits for the GPU work an element's callable queued.",
+)
+@click.option(
+    "--cooldown",
+    "cooldown_s",
+    default=1.0,
+    show_default=True,
+    type=float,
+    help="Without --sim: idle seconds before every run (the null context).",
+)
+@click.option(
+    "--no-control",
+    is_flag=True,
+    help="Without --sim: never change a GPU setting (elements may not lock clocks).",
+)
+@click.option("--model", default="A100-SXM4-40GB", show_default=True, help="Simulated GPU.")
+@click.option("--power-budget", "power_budget_w", type=float, help="Node power budget, W.")
+@click.option("--power-limit", "power_limit_w", type=float, help="Every GPU's power limit, W.")
+@click.option(
+    "--runs",
+    default=30,
+    show_default=True,
+    type=click.IntRange(min=2),
+    help="Runs per measurement.",
+)
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the runs.")
+@click.option(
+    "--confidence",
+    default=0.95,
+    show_default=True,
+    type=FiniteRange(0.0, 1.0, min_open=True, max_open=True),
+    help="Confidence of the whole-schedule test (energy and time together).",
+)
+@click.option(
+    "--max-rounds",
+    default=4,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Most refinement rounds.",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write eopt.check/1 JSON here.",
+)
+@click.option(
+    "--write-graph",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the grown interaction graph here.",
+)
+@click.option(
+    "--write-library",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the characterized signatures (JSON lines) here.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print eopt.check/1 JSON.")
+@force_option
+@quiet_option
+def command(
+    schedule_file: Path,
+    library_files: tuple[Path, ...],
+    graph_file: Path | None,
+    sim: bool,
+    mechanisms: str,
+    kernels_file: Path | None,
+    gpu_specs: tuple[str, ...],
+    sync: str,
+    cooldown_s: float,
+    no_control: bool,
+    model: str,
+    power_budget_w: float | None,
+    power_limit_w: float | None,
+    runs: int,
+    seed: int,
+    confidence: float,
+    max_rounds: int,
+    output: Path | None,
+    write_graph: Path | None,
+    write_library: Path | None,
+    as_json: bool,
+    force: bool,
+) -> None:
+    """Run SCHEDULE, compare it with its composed prediction, and explain a deviation.
+
+    The paper's five steps (§4.4): compose the prediction; run the schedule --runs times
+    and test it in energy and time; on a deviation, localize it (bisection over prefixes,
+    then pairs), identify the mechanism with its protocol (co-run against isolation;
+    vary the preceding element's data, the idle gap, the predecessors), characterize the
+    pair (a contextual signature or a composite), write the edge into the interaction
+    graph, and predict again.
+
+    \b
+    Examples:
+      eopt check sched.yaml --sim --kernels kernels.yaml
+      eopt check sched.yaml --sim --kernels kernels.yaml --mechanisms none
+      eopt check sched.yaml --library lib.jsonl --sim --mechanisms cache,contention --json
+      eopt check sched.yaml --sim --kernels k.yaml --write-graph g.json -o check.json
+      eopt check sched.yaml --kernels real.yaml --sync torch --gpu gpu0=0   # real GPUs
+
+    On real GPUs each element is a Python callable in --kernels
+    ('gemm: {callable: mykernels.py:matmul, args: {n: 4096}}'); one thread per GPU runs
+    its elements in order, and the energy counters measure them. Elements that co-run on
+    one GPU need --sim.
+    """
+    from eopt.calculus.interactions import InteractionsError, read_interactions, write_interactions
+    from eopt.calculus.library import LibraryError, read_library
+    from eopt.calculus.schedule import PlacementsError, read_placements
+    from eopt.check.workflow import characterize_element, check_schedule
+    from eopt.devices.sim_mechanisms import Mechanisms
+
+    for path, option in (
+        (output, "--output"),
+        (write_graph, "--write-graph"),
+        (write_library, "--write-library"),
+    ):
+        check_output(path, force, option)
+    if sim:
+        try:
+            Mechanisms.parse(mechanisms)
+        except ValueError as exc:
+            raise UserError(f"--mechanisms: {exc}") from None
+    library = []
+    try:
+        for path in library_files:
+            library.extend(read_library(path))
+        graph = read_interactions(graph_file) if graph_file is not None else None
+    except (LibraryError, InteractionsError) as exc:
+        raise UserError(str(exc)) from None
+    by_name = {s.name: s for s in library if s.context is None}
+    names = _placement_names(schedule_file)
+    devices = _devices(schedule_file)
+    guard: Any = contextlib.nullcontext()
+    if sim:
+        runner: Any = _sim_runner(
+            schedule_file, kernels_file, names, by_name, devices, model, mechanisms,
+            power_limit_w, power_budget_w,
+        )  # fmt: skip
+    else:
+        runner, opened = _device_runner(
+            kernels_file, names, devices, gpu_specs, sync, cooldown_s, no_control
+        )
+        if not no_control:
+            from eopt.devices.guard import restoring_on_exit
+
+            guard = restoring_on_exit(opened)
+    with guard:
+        where = "the simulator" if sim else "the GPUs"
+        missing = [n for n in names if n not in by_name]
+        if missing:
+            console.print(
+                f"characterizing {len(missing)} element(s) on {where} from the null context "
+                f"({runs} runs each): {', '.join(missing)}"
+            )
+            for k, name in enumerate(missing):
+                sig = characterize_element(
+                    runner, name, devices[0], runs, seed=seed + 7919 * (k + 1)
+                )
+                library.append(sig)
+                by_name[name] = sig
+        try:
+            placed = read_placements(schedule_file, library)
+        except PlacementsError as exc:
+            raise UserError(str(exc)) from None
+        progress = None if as_json else (lambda line: console.print(f"  {escape(line)}"))
+        try:
+            result = check_schedule(
+                list(placed.placements),
+                library,
+                runner,
+                graph=graph,
+                runs=runs,
+                seed=seed,
+                confidence=confidence,
+                max_rounds=max_rounds,
+                progress=progress,
+            )
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+    data = result.to_dict()
+    if sim:
+        data["mechanisms"] = list(runner.mechanisms.enabled())
+    data["schedule"] = str(schedule_file)
+    if output is not None:
+        write_json(output, data)
+    if write_graph is not None:
+        write_interactions(write_graph, result.graph)
+    if write_library is not None:
+        from eopt.fileformats import atomic_write_text, dumps_json
+
+        lines = [dumps_json(s.to_dict()) for s in [*library, *result.library]]
+        atomic_write_text(write_library, "\n".join(lines) + "\n")
+    if as_json:
+        write_json("-", data)
+        return
+    _print(result, data)
+
+
+def _sim_runner(
+    schedule_file: Path,
+    kernels_file: Path | None,
+    names: list[str],
+    by_name: Mapping[str, Any],
+    devices: list[str],
+    model: str,
+    mechanisms: str,
+    power_limit_w: float | None,
+    power_budget_w: float | None,
+) -> Any:
+    """The simulator's runner: each element a simulated kernel."""
+    from eopt.check.runner import SimRunner
+
+    kernels = read_kernel_map(kernels_file) if kernels_file is not None else {}
+    for name in names:
+        if name not in kernels:
+            spec = _default_kernel(name, by_name.get(name))
+            if spec is None:
+                raise UserError(
+                    f"{schedule_file}: element {name!r} has no simulated kernel; map it in "
+                    f"--kernels (e.g. '{name}: {{kernel: gemm}}')"
+                )
+            kernels[name] = spec
+    try:
+        return SimRunner(
+            kernels,
+            devices,
+            model=model,
+            mechanisms=mechanisms,
+            power_limit_w=power_limit_w,
+            power_budget_w=power_budget_w,
+        )
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
+def _device_runner(
+    kernels_file: Path | None,
+    names: list[str],
+    devices: list[str],
+    gpu_specs: tuple[str, ...],
+    sync: str,
+    cooldown_s: float,
+    no_control: bool,
+) -> tuple[Any, list[Any]]:
+    """The runner for real GPUs: callables from --kernels, GPUs from --gpu."""
+    from eopt.check.device_runner import CallableElement, DeviceRunner
+    from eopt.devices import open_devices, resolve_gpu
+    from eopt.fileformats import FileFormatError, Where, parse_yaml, read_text
+    from eopt.sweep import _parse_sync
+    from eopt.user_code import UserCodeError, import_callable
+
+    if kernels_file is None:
+        raise UserError(
+            "on real GPUs every element needs its program: give --kernels FILE mapping each "
+            "to {callable: file.py:fn, args: {...}}, or run on the simulator with --sim"
+        )
+    try:
+        at = Where(str(kernels_file))
+        data = parse_yaml(read_text(kernels_file, at, what="a kernel map"), at)
+    except FileFormatError as exc:
+        raise UserError(str(exc)) from None
+    if isinstance(data, Mapping) and isinstance(data.get("elements"), Mapping):
+        data = data["elements"]
+    elements: dict[str, CallableElement] = {}
+    for name in names:
+        entry = data.get(name) if isinstance(data, Mapping) else None
+        where = f"{kernels_file}: {name}"
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("callable"), str):
+            raise UserError(f"{where}: give {{callable: file.py:fn}} for this element")
+        unknown = sorted(set(entry) - {"callable", "args", "sm_clock_mhz"})
+        if unknown:
+            raise UserError(f"{where}: unknown key(s) {unknown}; use callable, args, sm_clock_mhz")
+        args = entry.get("args") or {}
+        if not isinstance(args, Mapping):
+            raise UserError(f"{where}: 'args' must map argument names to values")
+        try:
+            fn = import_callable(entry["callable"])
+        except UserCodeError as exc:
+            raise UserError(f"{where}: {exc}") from None
+        clock = entry.get("sm_clock_mhz")
+        elements[name] = CallableElement(
+            fn, dict(args), entry["callable"], float(clock) if clock is not None else None
+        )
+    bad = [spec for spec in gpu_specs if "=" not in spec]
+    if bad:
+        raise UserError(f"--gpu {bad[0]!r}: write DEV=GPU, e.g. --gpu gpu0=0")
+    mapping = dict(spec.split("=", 1) for spec in gpu_specs)
+    try:
+        indices = [resolve_gpu(mapping.get(d, str(k))) for k, d in enumerate(devices)]
+        opened = open_devices("nvml", indices=indices, control=not no_control)
+    except Exception as exc:  # no driver, no GPU, a bad --gpu: one line, and the way out
+        raise UserError(
+            f"cannot open the GPUs for {', '.join(devices)} ({exc}); on a machine without "
+            "NVIDIA GPUs run the schedule on the simulator with --sim"
+        ) from None
+    try:
+        sync_fn = None if sync.strip().lower() == "none" else _parse_sync(sync)[0]
+        runner = DeviceRunner(
+            elements,
+            dict(zip(devices, opened, strict=True)),
+            sync=sync_fn,
+            cooldown_s=cooldown_s,
+            control=not no_control,
+        )
+    except (ValueError, UserCodeError) as exc:
+        raise UserError(str(exc)) from None
+    return runner, opened
+
+
+def _devices(path: Path) -> list[str]:
+    from eopt.fileformats import Where, parse_yaml, read_text
+
+    at = Where(str(path))
+    data = parse_yaml(read_text(path, at, what="a placements file"), at, language="YAML/JSON")
+    items = data.get("placements") if isinstance(data, Mapping) else data
+    devs = [str(i.get("device", "gpu0")) for i in items if isinstance(i, Mapping)]
+    return list(dict.fromkeys(devs)) or ["gpu0"]
+
+
+def _print(result: Any, data: Mapping[str, Any]) -> None:
+    pred, meas = data["predicted"], data["measured"]
+    console.print(
+        f"predicted {pred['energy_j']:.6g} J ± {pred['se_energy_j']:.2g} (mean's SE), "
+        f"measured {meas['energy_j']:.6g} J over {meas['runs']} runs"
+    )
+    console.print(escape(str(result.initial)))
+    if not result.deviation:
+        console.print("[green]no deviation[/]: the composition agrees with the measurement")
+        return
+    table = Table(title="interactions found", show_lines=False)
+    for col in ("elements", "kind", "mechanism", "scope", "ΔE", "ΔT", "evidence"):
+        table.add_column(col)
+    for f in result.found:
+        table.add_row(
+            " → ".join(f.elements) if f.kind == "entry" else " ↔ ".join(f.elements),
+            f.kind,
+            f.mechanism,
+            f.scope,
+            f"{f.energy_rel:+.2%}",
+            f"{f.time_rel:+.2%}",
+            escape(f.evidence),
+        )
+    console.print(table)
+    if result.refined_prediction is not None:
+        verdict = "[green]covers[/]" if result.refined_covers else "[red]does not cover[/]"
+        console.print(
+            f"refined prediction {result.refined_prediction.energy.mean:.6g} J {verdict} the "
+            "measurement"
+        )
