@@ -318,3 +318,17 @@ def test_cli_names_the_file_and_element_of_a_bad_kernel_map(
         main(["check", str(sched), "--sim", "--kernels", str(kernels)])
     err = " ".join(capsys.readouterr().err.split())
     assert str(kernels.name) in err and "mm" in err and "colour" in err
+
+
+def test_the_tour_example_finds_its_cache_pair_and_its_co_run(tmp_path: Path) -> None:
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    out = tmp_path / "check.json"
+    args = ["check", str(examples / "check_schedule.yaml"), "--sim", "--kernels",
+            str(examples / "check_kernels.yaml"), "--runs", "20", "-o", str(out), "-q"]  # fmt: skip
+    result = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    found = {(tuple(f["elements"]), f["mechanism"]) for f in data["found"]}
+    assert (("produce", "consume"), "cache") in found
+    assert (("norm_a", "norm_b"), "contention") in found
+    assert data["refined_covers"] is True
