@@ -54,6 +54,7 @@ __all__ = [
     "read_placements",
     "schedule_bias",
     "schedule_breakdown",
+    "solved_placements",
 ]
 
 # Start/end differences below this many seconds are rounding, not gaps or overlaps
@@ -498,6 +499,18 @@ def _read_placements(path: Path, at: Where, library: Iterable[Signature]) -> Pla
     return PlacementFile(tuple(placements), idle_power, source)
 
 
+def solved_placements(
+    data: Mapping[str, Any], library: Iterable[Signature], source: str = "<schedule>"
+) -> PlacementFile:
+    """The placements of a solved schedule (``Schedule.to_dict()``, the file `eopt solve`
+    writes), each element at the library's signature for its κ and ω.
+
+    Raises:
+        PlacementsError: naming the element whose signature the library lacks.
+    """
+    return _solved_schedule(data, library, Where(source, error=PlacementsError))
+
+
 def _solved_schedule(
     data: Mapping[str, Any], library: Iterable[Signature], at: Where
 ) -> PlacementFile:
@@ -520,6 +533,8 @@ def _solved_schedule(
         where = replace(at / "elements" / i, path=f"{(at / 'elements' / i).path} ({element.name})")
         named = [s for s in sigs if s.name == element.type]
         found = [s for s in named if s.impl == element.impl and s.op_point == element.op_point]
+        # Context-independent values first: characterized ones enter through a graph.
+        found.sort(key=lambda s: s.context is not None)
         if not found:
             choices = "; ".join(selector_for(s, named) for s in named[:8]) or "none"
             where.fail(

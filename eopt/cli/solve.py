@@ -219,6 +219,66 @@ def _write_frontier_csv(path: Path, points: list[FrontierPlan]) -> None:
     write_frontier_csv(path, [p.to_row() for p in points])
 
 
+def _with_interactions(
+    schedule: Schedule, plan: Plan, libraries: tuple[Path, ...], graph_file: Path
+) -> Schedule:
+    """The schedule, with its prediction under the interaction graph in ``meta``.
+
+    The solver chose modes with context-independent signatures; the graph's characterized
+    pairs then price the schedule as it will run, and what stayed context-independent
+    carries the Appendix D bias bound.
+    """
+    import dataclasses
+
+    from eopt.calculus.contextual import ContextOutsideError
+    from eopt.calculus.contextual_schedule import compose_with_interactions
+    from eopt.calculus.interactions import InteractionsError, read_interactions
+    from eopt.calculus.schedule import PlacementsError, solved_placements
+
+    try:
+        graph = read_interactions(graph_file)
+        sigs = list(load_plan_library(plan, libraries, own=True))
+        placed = solved_placements(schedule.to_dict(), sigs, str(graph_file))
+        comp = compose_with_interactions(
+            placed.placements, sigs, graph, placed.idle_power, outside="warn"
+        )
+    except (InteractionsError, PlacementsError, ContextOutsideError, ValueError) as exc:
+        raise UserError(f"--graph {graph_file}: {exc}") from None
+    base = schedule.energy
+    info = {
+        "graph": str(graph_file),
+        "energy_j": comp.signature.energy,
+        "std_energy_j": comp.signature.std_energy,
+        "context_independent_energy_j": base,
+        "bias_bound_j": comp.bias.bias,
+        "substitutions": [
+            {
+                "edge": x.edge,
+                "device": x.device,
+                "start_s": x.start_s,
+                "energy_shift_j": x.energy_shift_j,
+            }
+            for x in comp.substitutions
+        ],
+        "notes": list(comp.notes),
+    }
+    return dataclasses.replace(schedule, meta={**schedule.meta, "interactions": info})
+
+
+def _print_interactions(schedule: Schedule) -> None:
+    info = schedule.meta.get("interactions") or {}
+    base = info.get("context_independent_energy_j")
+    shift = ""
+    if isinstance(base, (int, float)) and base:
+        shift = f" ({(info['energy_j'] - base) / base:+.2%} against the context-independent plan)"
+    console.print(
+        f"graph        {format_energy(info['energy_j'])}{shift}, "
+        f"{len(info.get('substitutions', []))} characterized pair(s) used; bias bound of the "
+        f"rest ±{format_energy(info['bias_bound_j'])}",
+        highlight=False,
+    )
+
+
 def _print_frontier(points: list[FrontierPlan], rows: int = 12) -> None:
     table = Table(title=f"Plan frontier ({len(points)} points)", title_justify="left")
     for col in ("makespan", "energy", "lower bound", "gap", "status"):
@@ -341,6 +401,14 @@ def _run_frontier(
     help="Meet the deadline with this probability under the signatures' time variances, "
     "e.g. 95%; prints what it costs over the plan that meets it on mean times.",
 )
+@click.option(
+    "--graph",
+    "graph_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Interaction graph (eopt.interactions/1, from `eopt check --write-graph`): also "
+    "predict the solved schedule with its characterized pairs, and the bias bound of the "
+    "rest (its libraries with --library).",
+)
 @click.option("--frontier", "want_frontier", is_flag=True, help="Compute the plan frontier.")
 @click.option(
     "--points",
@@ -370,6 +438,7 @@ def command(
     libraries: tuple[Path, ...],
     static: bool,
     confidence: float | None,
+    graph_file: Path | None,
     want_frontier: bool,
     points: int,
     output: Path | None,
@@ -405,6 +474,8 @@ def command(
         raise UserError("give either --deadline or --slowdown, not both")
     if want_frontier and static:
         raise UserError("--static solves one deadline; leave out --frontier (or --static)")
+    if want_frontier and graph_file is not None:
+        raise UserError("--graph predicts one solved schedule; leave out --frontier (or --graph)")
     if want_frontier and confidence is not None:
         raise UserError("--confidence solves one deadline; leave out --frontier (or --confidence)")
     check_output(output, force)
@@ -450,6 +521,8 @@ def command(
             from eopt.plan.confidence import solve_with_confidence
 
             schedule, on_time = solve_with_confidence(plan, confidence, **solve_args)
+    if graph_file is not None:
+        schedule = _with_interactions(schedule, plan, libraries, graph_file)
     # The file first: a reader that closes the pipe early (`| head`) must not cost the plan.
     if output is not None:
         write_schedule(output, schedule)
@@ -459,6 +532,8 @@ def command(
         _print_schedule(schedule)
         if on_time is not None:
             _print_on_time(on_time)
+        if graph_file is not None:
+            _print_interactions(schedule)
         if output is not None:
             console.print(f"Wrote {output}", highlight=False)
     if schedule.solver.get("status") == "interrupted":

@@ -299,7 +299,10 @@ def build_problem(plan: Plan, library: Library | None = None, prune: bool = True
     where = plan.source or "<plan>"
     by_type: dict[str, list[Signature]] = {}
     for sig in lib:
-        by_type.setdefault(sig.name, []).append(sig)
+        # Modes are context-independent values; characterized ones (a consumer after its
+        # producer, a co-run pair) enter through an interaction graph (`solve --graph`).
+        if sig.context is None:
+            by_type.setdefault(sig.name, []).append(sig)
     available: dict[str, int] = {}
     found: dict[str, list[Signature]] = {}
     for i, elem in enumerate(plan.elements):
