@@ -34,16 +34,9 @@ def read_kernel_map(path: Path) -> dict[str, Any]:
         UserError: naming the file and the element for anything malformed.
     """
     from eopt.check.runner import SimElement
-    from eopt.fileformats import FileFormatError, Where, parse_yaml, read_text
 
-    try:
-        at = Where(str(path))
-        data = parse_yaml(read_text(path, at, what="a kernel map"), at, language="YAML/JSON")
-    except FileFormatError as exc:
-        raise UserError(str(exc)) from None
-    if isinstance(data, Mapping) and isinstance(data.get("elements"), Mapping):
-        data = data["elements"]
-    if not isinstance(data, Mapping) or not data:
+    data = _kernel_map_data(path)
+    if not data:
         raise UserError(
             f"{path}: expected a mapping element → {{kernel: NAME, reads: [...], ...}}, "
             "e.g. 'gemm_fwd: {kernel: gemm}'"
@@ -60,6 +53,22 @@ def read_kernel_map(path: Path) -> dict[str, Any]:
         except ValueError as exc:
             raise UserError(str(exc)) from None
     return out
+
+
+def _kernel_map_data(path: Path) -> Mapping[str, Any]:
+    """The element → entry mapping of a --kernels file (directly or under ``elements:``)."""
+    from eopt.fileformats import FileFormatError, Where, parse_yaml, read_text
+
+    try:
+        at = Where(str(path))
+        data = parse_yaml(read_text(path, at, what="a kernel map"), at, language="YAML/JSON")
+    except FileFormatError as exc:
+        raise UserError(str(exc)) from None
+    if isinstance(data, Mapping) and isinstance(data.get("elements"), Mapping):
+        data = data["elements"]
+    if not isinstance(data, Mapping):
+        raise UserError(f"{path}: expected a mapping element → its kernel or program")
+    return data
 
 
 def _default_kernel(name: str, signature: Any) -> Any:
@@ -395,7 +404,6 @@ def _device_runner(
     """The runner for real GPUs: callables from --kernels, GPUs from --gpu."""
     from eopt.check.device_runner import CallableElement, DeviceRunner
     from eopt.devices import open_devices, resolve_gpu
-    from eopt.fileformats import FileFormatError, Where, parse_yaml, read_text
     from eopt.sweep import _parse_sync
     from eopt.user_code import UserCodeError, import_callable
 
@@ -404,13 +412,7 @@ def _device_runner(
             "on real GPUs every element needs its program: give --kernels FILE mapping each "
             "to {callable: file.py:fn, args: {...}}, or run on the simulator with --sim"
         )
-    try:
-        at = Where(str(kernels_file))
-        data = parse_yaml(read_text(kernels_file, at, what="a kernel map"), at)
-    except FileFormatError as exc:
-        raise UserError(str(exc)) from None
-    if isinstance(data, Mapping) and isinstance(data.get("elements"), Mapping):
-        data = data["elements"]
+    data = _kernel_map_data(kernels_file)
     elements: dict[str, CallableElement] = {}
     for name in names:
         entry = data.get(name) if isinstance(data, Mapping) else None
