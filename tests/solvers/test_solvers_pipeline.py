@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable
 
 import pytest
 
-from solvers import Mode, Problem, fastest_makespan, frontier, solve
+from solvers import Mode, Problem, evaluate, fastest_makespan, frontier, solve
+from solvers.frontier import EXACT_COLUMNS
+from solvers.indexed import indexed
+from solvers.lp import HullLP
+from solvers.milp import milp_columns
+from solvers.relax import relax_once
+from solvers.scaling import scaled
+from solvers.solve import fastest_plan
 from solvers.stopping import RUN_TO_LIMIT, STOP_GAP
 
 
@@ -77,3 +85,32 @@ def test_frontier_of_a_pipeline_spans_fastest_to_cheapest(bf) -> None:
     cheapest = solve(problem, None, method="milp", gap=1e-9)
     assert points[-1].energy <= cheapest.energy * 1.01
     assert all(a.energy > b.energy for a, b in itertools.pairwise(points))
+
+
+def test_fastest_end_of_an_lp_frontier_improves_its_lp_step(bf) -> None:
+    """Above `EXACT_COLUMNS` the fastest point is one LP step from the fastest plan,
+    then iterated improvement: never dearer than the step, and on time."""
+    problem = pipeline(bf.one_f_one_b, 4, 12)
+    ip = scaled(indexed(problem))
+    assert milp_columns(ip) > EXACT_COLUMNS  # the LP path, not the exact one
+    t_fast, fast = fastest_plan(indexed(problem))
+    step = relax_once(HullLP(ip), t_fast / ip.time_unit, [fast])
+    assert step is not None
+    step_energy = evaluate(problem, dict(zip(ip.names, step.modes, strict=True))).energy
+    first = frontier(problem, num_points=10)[0]
+    assert first.makespan == pytest.approx(t_fast, rel=1e-9)
+    assert first.makespan <= first.deadline * (1 + 1e-9)
+    assert first.energy <= step_energy * (1 + 1e-12)
+    assert first.lower_bound <= first.energy
+
+
+def test_fastest_end_without_time_for_its_lp_keeps_the_fastest_plan(bf) -> None:
+    """With no time for the LP step the fastest end starts from the fastest plan and
+    reports no bound, rather than running the LP past the time per point."""
+    problem = pipeline(bf.one_f_one_b, 4, 12)
+    t_fast, fast = fastest_plan(indexed(problem))
+    fast_energy = evaluate(problem, dict(zip(indexed(problem).names, fast, strict=True))).energy
+    first = frontier(problem, num_points=5, time_limit_per_point=1e-9)[0]
+    assert first.makespan == pytest.approx(t_fast, rel=1e-9)
+    assert math.isnan(first.lower_bound)
+    assert first.energy <= fast_energy * (1 + 1e-12)
