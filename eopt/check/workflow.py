@@ -4,7 +4,9 @@
    the interaction graph at their characterized values.
 2. **Detect**: run the schedule N times and test the prediction against the runs, in
    energy and in time, by the standard errors of the means
-   (:func:`eopt.calculus.deviation.deviation_report`).
+   (:func:`eopt.calculus.deviation.deviation_report`). A test at 1 − α fires on α of
+   correct predictions, so a deviation counts only when N fresh runs show it again
+   (the paper's "persistent triggers, not single ones"); the two sets are then pooled.
 3. **Localize** a deviation: bisection over prefixes (every device's placements that start
    before a time) finds the first element whose addition deviates; then its partners —
    the element right before it on its device (entry context) and every element that
@@ -139,8 +141,10 @@ class CheckResult:
     """What ``eopt check`` found.
 
     Attributes:
-        deviation: Whether the first prediction deviated from the measurement.
+        deviation: Whether the first prediction deviated from the measurement, on the
+            first runs and again on as many fresh ones.
         initial: The first deviation test.
+        confirmation: The test on fresh runs when the first fired (None otherwise).
         predicted: The first prediction.
         measured: The whole schedule's runs.
         found: The interactions found, in the order found.
@@ -170,6 +174,7 @@ class CheckResult:
     refined_prediction: Prediction | None = None
     refined_interval: DeviationReport | None = None
     refined_covers: bool | None = None
+    confirmation: DeviationReport | None = None
     rounds: int = 0
     runs: int = 0
     confidence: float = DEFAULT_CONFIDENCE
@@ -191,6 +196,7 @@ class CheckResult:
                 "runs": self.measured.runs,
             },
             "test": _report_dict(self.initial),
+            "confirmation": None if self.confirmation is None else _report_dict(self.confirmation),
             "found": [f.to_dict() for f in self.found],
             "refined": None
             if self.refined is None or self.refined_prediction is None
@@ -409,16 +415,29 @@ class _Session:
         start = p.start - self.origin + changes.pop("shift", 0.0)
         return Job(p.signature.name, p.device, start, start + p.signature.time, **changes)
 
-    def measure(self, jobs: Sequence[Job]) -> RunSet:
+    @staticmethod
+    def _key(jobs: Sequence[Job]) -> tuple[Job, ...]:
         # A piece runs from its own first start, as its composition does.
         lead = min(j.start_s for j in jobs)
         if lead != 0.0:
             jobs = [replace(j, start_s=j.start_s - lead, end_s=j.end_s - lead) for j in jobs]
-        key = tuple(jobs)
+        return tuple(jobs)
+
+    def measure(self, jobs: Sequence[Job]) -> RunSet:
+        key = self._key(jobs)
         if key not in self._cache:
             self._next_seed += 100_003  # independent of every other measurement
-            self._cache[key] = self.runner.run(jobs, self.runs, self._next_seed)
+            self._cache[key] = self.runner.run(key, self.runs, self._next_seed)
         return self._cache[key]
+
+    def confirm(self, jobs: Sequence[Job]) -> tuple[RunSet, RunSet]:
+        """Fresh runs of ``jobs``, and those pooled with the ones measured before."""
+        key = self._key(jobs)
+        self._next_seed += 100_003
+        fresh = self.runner.run(key, self.runs, self._next_seed)
+        pooled = _pool(self.measure(jobs), fresh)
+        self._cache[key] = pooled
+        return fresh, pooled
 
     def placed(
         self, idxs: Sequence[int], shift: Mapping[int, float] | None = None
@@ -640,15 +659,25 @@ def check_schedule(
         f"measured {measured.energy_j.mean():.6g} J, {measured.time_s.mean():.6g} s over "
         f"{runs} runs; predicted {predicted.energy.mean:.6g} J, {predicted.time.mean:.6g} s"
     )
+    # A test at 1 − α fires on α of correct predictions; act on persistent triggers only
+    # (paper §5.2.2): a deviation must show again on fresh runs.
+    current, confirmation = report, None
+    if not report.passed:
+        fresh, measured = ses.confirm([ses.job(i) for i in every])
+        confirmation = current = _test(predicted, fresh, confidence)
+        ses.say(
+            f"{runs} fresh runs "
+            + ("confirm the deviation" if not current.passed else "do not confirm it: no deviation")
+        )
     result = CheckResult(
-        deviation=not report.passed,
+        deviation=not current.passed,
         initial=report,
         predicted=predicted,
         measured=measured,
         runs=runs,
         confidence=confidence,
+        confirmation=confirmation,
     )
-    current = report
     while not current.passed and result.rounds < max_rounds:
         result.rounds += 1
         finding = _localize_and_characterize(ses, every)
@@ -701,6 +730,16 @@ def _cross_device_cluster(
                 cluster.add(j)
                 frontier.append(j)
     return cluster
+
+
+def _pool(a: RunSet, b: RunSet) -> RunSet:
+    """Two measurements of the same jobs as one."""
+    return RunSet(
+        np.concatenate([a.energy_j, b.energy_j]),
+        np.concatenate([a.time_s, b.time_s]),
+        {d: np.concatenate([v, b.device_energy_j[d]]) for d, v in a.device_energy_j.items()},
+        a.jobs + b.jobs,
+    )
 
 
 def _overlap(p: Placement, q: Placement) -> bool:

@@ -476,6 +476,10 @@ def _print(result: Any, data: Mapping[str, Any]) -> None:
         f"measured {meas['energy_j']:.6g} J over {meas['runs']} runs"
     )
     console.print(escape(str(result.initial)))
+    if result.confirmation is not None:
+        verdict = "confirm it" if result.deviation else "do not confirm it"
+        console.print(f"fresh runs {verdict}:")
+        console.print(escape(str(result.confirmation)))
     if not result.deviation:
         console.print("[green]no deviation[/]: the composition agrees with the measurement")
         return
