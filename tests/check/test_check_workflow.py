@@ -332,3 +332,22 @@ def test_the_tour_example_finds_its_cache_pair_and_its_co_run(tmp_path: Path) ->
     assert (("produce", "consume"), "cache") in found
     assert (("norm_a", "norm_b"), "contention") in found
     assert data["refined_covers"] is True
+
+
+def test_report_renders_a_check_and_refuses_other_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sched, kernels = _files(tmp_path)
+    out = tmp_path / "c.json"
+    args = ["check", str(sched), "--sim", "--kernels", str(kernels), "--mechanisms",
+            "contention", "--runs", "12", "-o", str(out), "-q"]  # fmt: skip
+    assert CliRunner().invoke(cli, args, catch_exceptions=False).exit_code == 0
+    html = tmp_path / "r.html"
+    result = CliRunner().invoke(cli, ["report", "--check", str(out), "-o", str(html)])
+    assert result.exit_code == 0, result.output
+    page = html.read_text()
+    assert "Prediction check" in page and "contention" in page and "na ↔ nb" in page
+    with pytest.raises(SystemExit):
+        main(["report", "--check", str(sched), "-o", str(tmp_path / "x.html")])
+    err = " ".join(capsys.readouterr().err.split())
+    assert str(sched) in err and "Traceback" not in err
