@@ -80,3 +80,66 @@ def test_the_workflow_finds_a_clock_change_through_the_device_runner() -> None:
     assert res.found[0].elements == ("fast", "slow")
     assert res.found[0].mechanism == "clock_state"
     gpu.restore()
+
+
+class _WallGpu:
+    """A stand-in GPU on wall time: draws ``busy_w`` while a job runs, ``idle_w`` else."""
+
+    def __init__(self, name: str, idle_w: float = 50.0, busy_w: float = 250.0) -> None:
+        from eopt.devices.base import WallClock
+
+        self.name, self.clock = name, WallClock()
+        self.idle_w, self.busy_w = idle_w, busy_w
+        self._t, self._e, self._busy = self.clock.now(), 0.0, False
+
+    def _advance(self) -> None:
+        now = self.clock.now()
+        self._e += (self.busy_w if self._busy else self.idle_w) * (now - self._t)
+        self._t = now
+
+    def work(self, seconds: float) -> None:
+        self._advance()
+        self._busy = True
+        self.clock.sleep(seconds)
+        self._advance()
+        self._busy = False
+
+    def energy_counter_j(self) -> float:
+        self._advance()
+        return self._e
+
+    def temperature_c(self) -> float:
+        return 40.0
+
+    def synchronize(self) -> None:
+        """The work above is synchronous."""
+
+    def power(self) -> object:
+        from eopt.devices.base import PowerReading
+
+        return PowerReading(self.clock.now(), self.idle_w, "instant")
+
+    def current_operating_point(self) -> object:
+        from eopt.devices.operating_point import OperatingPoint
+
+        return OperatingPoint()
+
+
+def test_two_gpus_run_in_threads_and_see_each_other_as_co_runners() -> None:
+    a, b = _WallGpu("gpu0"), _WallGpu("gpu1")
+    els = {
+        "left": CallableElement(lambda: a.work(0.2)),
+        "right": CallableElement(lambda: b.work(0.2)),
+    }
+    runner = DeviceRunner(els, {"gpu0": a, "gpu1": b}, cooldown_s=0.0)
+    rs = runner.run([Job("left", "gpu0", 0.0, 0.2), Job("right", "gpu1", 0.0, 0.2)], 2)
+    for run in rs.jobs:
+        left, right = run
+        # Started together on two threads: each ran while the other did.
+        assert left.co_runners == ("right",) and right.co_runners == ("left",)
+        assert left.device == "gpu0" and right.device == "gpu1"
+        # A job's energy is its GPU's counter across it: busy power over its time.
+        assert left.energy_j == pytest.approx(250.0 * left.time_s, rel=0.05)
+    # The run's energy is both GPUs' counters over the run.
+    assert np.all(rs.energy_j >= rs.device_energy_j["gpu0"] + rs.device_energy_j["gpu1"] - 1e-9)
+    assert np.all(rs.device_energy_j["gpu0"] > 0) and np.all(rs.device_energy_j["gpu1"] > 0)
