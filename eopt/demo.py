@@ -205,6 +205,10 @@ def run_demo(
         plan, deadline=deadline, method="auto", time_limit=20.0, gap=1e-3, library=library
     )
     write_schedule(files["schedule"], schedule)
+    if schedule.solver.get("status") == "interrupted":
+        # Ctrl-C during the solve: the best plan found is written; stop here rather than
+        # spend the frontier, report and controller on it.
+        raise KeyboardInterrupt
     report("solve", 1, 2)
     points, _ = plan_frontier(plan, num_points=frontier_points, method="relax", library=library)
     _write_frontier(files["frontier"], points)

@@ -137,3 +137,23 @@ def test_demo_replaces_its_own_files_and_leaves_others_alone(tmp_path):
     assert printed.getvalue() == ""  # --quiet
     assert (out / "notes.txt").read_text() == "mine\n"
     assert read_schedule(out / "schedule.json").baseline is not None  # replaced
+
+
+def test_an_interrupted_solve_stops_the_demo_with_the_plan_written(tmp_path, monkeypatch):
+    import dataclasses
+
+    import eopt.plan.solve as solve_module
+    from eopt.demo import run_demo
+
+    real = solve_module.solve_plan
+
+    def interrupted(*args, **kwargs):
+        schedule = real(*args, **kwargs)
+        return dataclasses.replace(schedule, solver={**schedule.solver, "status": "interrupted"})
+
+    monkeypatch.setattr(solve_module, "solve_plan", interrupted)
+    out = tmp_path / "demo"
+    with pytest.raises(KeyboardInterrupt):
+        run_demo(out)
+    assert read_schedule(out / "schedule.json").solver["status"] == "interrupted"
+    assert not (out / "report.html").exists()  # nothing spent on the interrupted plan
