@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -90,14 +92,23 @@ def command(
                 tasks[step] = bar.add_task(labels.get(step, step), total=total)
             bar.update(tasks[step], completed=done, total=total)
 
-        result = run_demo(
-            out_dir,
-            stages=stages,
-            microbatches=microbatches,
-            slowdown=slowdown,
-            seed=seed,
-            progress=progress,
-        )
+        started = time.time()
+        try:
+            result = run_demo(
+                out_dir,
+                stages=stages,
+                microbatches=microbatches,
+                slowdown=slowdown,
+                seed=seed,
+                progress=progress,
+            )
+        except KeyboardInterrupt:
+            plan = Path(out_dir) / "schedule.json"
+            # Only a plan this run wrote (the solve's best so far), not an old run's.
+            fresh = plan.exists() and plan.stat().st_mtime >= started
+            kept = f"; the best plan found is in {plan}" if fresh else ""
+            err_console.print(f"[yellow]Interrupted[/] (Ctrl-C){escape(kept)}.", highlight=False)
+            sys.exit(130)
     if as_json:
         write_json("-", _summary(result))
         return
