@@ -23,7 +23,7 @@ import itertools
 import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -233,23 +233,23 @@ class DeviceRunner:
         dev_e = {d: _counter(self.devices[d]) - counters0[d] for d in used}
         records = tuple(r for r in out if r is not None)
         # ρ from the actual intervals across devices (one thread per device).
-        with_rho = []
-        for r in records:
-            others = sorted(
-                {
-                    q.element
-                    for q in records
-                    if q is not r
-                    and q.start_s < r.start_s + r.time_s
-                    and r.start_s < q.start_s + q.time_s
-                }
+        with_rho = [
+            replace(
+                r,
+                co_runners=tuple(
+                    sorted(
+                        {
+                            q.element
+                            for q in records
+                            if q is not r
+                            and q.start_s < r.start_s + r.time_s
+                            and r.start_s < q.start_s + q.time_s
+                        }
+                    )
+                ),
             )
-            with_rho.append(
-                JobRecord(
-                    r.element, r.device, r.start_s, r.time_s, r.energy_j, r.entry,
-                    tuple(others), r.throttled,
-                )
-            )  # fmt: skip
+            for r in records
+        ]
         return float(sum(dev_e.values())), end - t0, dev_e, tuple(with_rho)
 
 

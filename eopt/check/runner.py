@@ -216,6 +216,9 @@ class SimRunner:
         self.devices = list(dict.fromkeys(devices))
         if not self.devices:
             raise ValueError("SimRunner needs at least one device")
+        from eopt.devices.sim_profiles import load_profile
+
+        load_profile(model)  # an unknown model fails here, before any run
         self.model = model
         base = Mechanisms.parse(mechanisms)
         self.mechanisms = replace(base, noise=noise) if "noise" in _fields(base) else base
@@ -224,6 +227,7 @@ class SimRunner:
         self.power_budget_w = power_budget_w
         self.params = params
         self._static: dict[str, float] = {}
+        self._idle: dict[float | None, float] = {}
 
     def _node(self, seed: int) -> Any:
         from eopt.devices.sim_node import SimulatedNode
@@ -275,14 +279,13 @@ class SimRunner:
 
         None: the default (unlocked) setting. A locked clock keeps an idle GPU's draw up.
         """
-        key = f"__idle__{sm_clock_mhz}"
-        if key not in self._static:
+        if sm_clock_mhz not in self._idle:
             gpu = self._node(0)[0]
             if sm_clock_mhz is not None:
                 _set_clock(gpu, sm_clock_mhz)
                 gpu.idle(_PRESETTLE_S)
-            self._static[key] = float(gpu.static_power_w())
-        return self._static[key]
+            self._idle[sm_clock_mhz] = float(gpu.static_power_w())
+        return self._idle[sm_clock_mhz]
 
     def element_clock_mhz(self, element: str) -> float | None:
         """The SM clock an element runs at (None: the default setting)."""
@@ -391,36 +394,36 @@ class SimRunner:
             clock.advance_to(t0)
         counters0 = {d: _energy(gpu) for d, gpu in gpus.items()}
         records_before = {d: len(gpu.kernel_records()) for d, gpu in gpus.items()}
-        launched: dict[int, int] = {}  # job → index among its device's records
-        per_device_launches = dict.fromkeys(self.devices, 0)
+        launched: set[int] = set()
         clock_set: set[int] = set()
         pending = list(order)
 
-        def record_of(j: int) -> Any:
-            # Each job has a stream of its own: its record is the one on that stream.
-            d = jobs[j].device
-            for rec in reversed(gpus[d].kernel_records()):
-                if rec.stream == stream_of[j]:
-                    return rec
-            raise RuntimeError(f"job {j} ({jobs[j].element}) has no record on {d}")
+        def records() -> dict[int, Any]:
+            """Each launched job's record (a job has a stream of its own)."""
+            out: dict[int, Any] = {}
+            for d, gpu in gpus.items():
+                on_stream = {r.stream: r for r in gpu.kernel_records()[records_before[d] :]}
+                out.update((k, on_stream[stream_of[k]]) for k in launched if jobs[k].device == d)
+            return out
 
         while pending:
             now = clock.now()
+            rec_of = records()
             due: list[tuple[float, int]] = []
-            horizon = math.inf
+            # Never step past the next event on any GPU: rates change there, and a
+            # predicted end read before it may move (a partner finishing lets a throttled
+            # kernel speed up), so a launch timed on it would start late.
+            horizon = clock.next_device_event_s()
             for i in pending:
                 job = jobs[i]
                 waits = anchor[i]
                 if not waits:
                     t_launch = t0 + job.start_s
                 elif all(a in launched for a in waits):
-                    ends = [record_of(a).start_s + record_of(a).duration_s for a in waits]
-                    if max(ends) <= now + 1e-15:
-                        gap = max(job.start_s - jobs[waits[0]].end_s, 0.0)
-                        t_launch = max(ends) + gap
-                    else:
-                        horizon = min(horizon, min(e for e in ends if e > now + 1e-15))
-                        continue
+                    ends = [rec_of[a].start_s + rec_of[a].duration_s for a in waits]
+                    if max(ends) > now + 1e-15:
+                        continue  # the horizon already stops at the next end
+                    t_launch = max(ends) + max(job.start_s - jobs[waits[0]].end_s, 0.0)
                 else:
                     continue
                 t_clock = t_launch - job.settle_before_s
@@ -438,42 +441,16 @@ class SimRunner:
                     horizon = min(horizon, t_launch)
             for _, i in sorted(due):
                 self._launch(gpus[jobs[i].device], jobs[i], i, stream_of[i], i in clock_set)
-                launched[i] = per_device_launches[jobs[i].device]
-                per_device_launches[jobs[i].device] += 1
+                launched.add(i)
                 pending.remove(i)
             if due:
                 continue
-            # Never step past a kernel's end: rates change there, and a predicted end
-            # read before it may move (a partner finishing lets a throttled kernel speed
-            # up), so a launch timed on it would start late.
-            for d, gpu in gpus.items():
-                for rec in gpu.kernel_records()[records_before[d] :]:
-                    end = rec.start_s + rec.duration_s
-                    if end > now + 1e-15:
-                        horizon = min(horizon, end)
             if not math.isfinite(horizon):
                 raise RuntimeError("jobs wait on one another in a cycle")  # cannot happen
             clock.advance_to(max(horizon, now))
-        # Step from kernel end to kernel end, not past the last: the energy is read at
-        # the run's end (a plain synchronize may idle on to the next timer event).
-        while True:
-            now = clock.now()
-            ends = [
-                rec.start_s + rec.duration_s
-                for d, gpu in gpus.items()
-                for rec in gpu.kernel_records()[records_before[d] :]
-                if rec.start_s + rec.duration_s > now + 1e-15
-            ]
-            if not ends:
-                break
-            clock.advance_to(min(ends))
+        node.synchronize()
         dev_e = {d: _energy(gpu) - counters0[d] for d, gpu in gpus.items()}
-        kernel_of: dict[int, Any] = {}
-        for d, gpu in gpus.items():
-            on_stream = {rec.stream: rec for rec in gpu.kernel_records()[records_before[d] :]}
-            for i in launched:
-                if jobs[i].device == d:
-                    kernel_of[i] = on_stream[stream_of[i]]
+        kernel_of = records()
         # ρ from the actual intervals, across devices too (a device reports only its own).
         spans = {i: (rec.start_s, rec.start_s + rec.duration_s) for i, rec in kernel_of.items()}
         out: list[JobRecord] = []

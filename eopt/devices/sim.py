@@ -175,8 +175,7 @@ class VirtualClock:
             while self._timers and self._timers[0][2].cancelled:
                 heapq.heappop(self._timers)
             next_timer = self._timers[0][0] if self._timers else math.inf
-            next_event = min((d._next_event_s() for d in self._devices), default=math.inf)
-            target = min(t_s, next_timer, next_event)
+            target = min(t_s, next_timer, self.next_device_event_s())
             if target > self._now:
                 for device in self._devices:
                     device._advance_to(target)
@@ -187,6 +186,14 @@ class VirtualClock:
                 self._fire(timer)
             elif target >= t_s:
                 return
+
+    def next_device_event_s(self) -> float:
+        """The earliest event on any attached GPU (a kernel ending, a clock settling), in s.
+
+        A GPU's own next event can move when another GPU's event re-solves a shared
+        budget or fabric, so waiting steps to this one, never past it.
+        """
+        return min((d._next_event_s() for d in self._devices), default=math.inf)
 
     def _process_events(self) -> None:
         """Finish due kernels, start queued ones, settle clocks; re-solve changed devices."""
@@ -602,8 +609,7 @@ class SimulatedGPU:
         """
         key = None if stream is None else str(stream)
         while self._busy(key):
-            target = self._next_event_s()
-            self.clock.advance_to(max(target, self.clock.now()))
+            self.clock.advance_to(max(self.clock.next_device_event_s(), self.clock.now()))
 
     # ------------------------------------------------------------------ ground truth
     @property
@@ -831,7 +837,7 @@ class SimulatedGPU:
 
     def _wait_for(self, seq: int) -> None:
         while seq not in self._finished_by_seq:
-            self.clock.advance_to(max(self._next_event_s(), self.clock.now()))
+            self.clock.advance_to(max(self.clock.next_device_event_s(), self.clock.now()))
 
     def _record_of(self, seq: int) -> KernelRecord:
         return self._finished_by_seq[seq]
