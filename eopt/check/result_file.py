@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from eopt.fileformats import FileFormatError, Where, parse_json, read_text
+from eopt.fileformats import FileFormatError, Where, parse_json, read_text, refuse_other_kind
 
 __all__ = ["CHECK_SCHEMA", "CheckFileError", "read_check_result"]
 
@@ -25,7 +25,12 @@ def read_check_result(path: str | os.PathLike[str]) -> Mapping[str, Any]:
             missing and how to make one.
     """
     at = Where(str(path), error=CheckFileError)
-    data = parse_json(read_text(path, at, what="an eopt check result"), at)
+    try:
+        data = parse_json(read_text(path, at, what="an eopt check result"), at)
+    except CheckFileError:
+        # Another eopt file (a placements file, a plan …): say what it is.
+        refuse_other_kind(path, ("check",), at)
+        raise
     if not isinstance(data, Mapping) or data.get("schema") != CHECK_SCHEMA:
         at.fail(f"not an {CHECK_SCHEMA} result; write one with `eopt check SCHEDULE --sim -o FILE`")
     for key in ("deviation", "found", "predicted", "measured", "test"):

@@ -92,8 +92,9 @@ def _default_kernel(name: str, signature: Any) -> Any:
     return None
 
 
-def _placement_names(path: Path) -> list[str]:
-    """Element names a placements file uses (to characterize them before reading it)."""
+def _placement_outline(path: Path) -> tuple[list[str], list[str]]:
+    """(element types, devices) a placements file uses, in first-seen order: what to
+    characterize and where to run, before the file is read against a library."""
     from eopt.fileformats import FileFormatError, Where, parse_yaml, read_text
 
     try:
@@ -104,8 +105,10 @@ def _placement_names(path: Path) -> list[str]:
     items = data.get("placements") if isinstance(data, Mapping) else data
     if not isinstance(items, list):
         raise UserError(f"{path}: expected a list of placements {{element, device, start}}")
-    names = [str(i["element"]) for i in items if isinstance(i, Mapping) and "element" in i]
-    return list(dict.fromkeys(names))
+    placed = [i for i in items if isinstance(i, Mapping)]
+    names = [str(i["element"]) for i in placed if "element" in i]
+    devices = [str(i.get("device", "gpu0")) for i in placed]
+    return list(dict.fromkeys(names)), list(dict.fromkeys(devices)) or ["gpu0"]
 
 
 @click.command("check")
@@ -287,8 +290,7 @@ def command(
     except (LibraryError, InteractionsError) as exc:
         raise UserError(str(exc)) from None
     by_name = {s.name: s for s in library if s.context is None}
-    names = _placement_names(schedule_file)
-    devices = _devices(schedule_file)
+    names, devices = _placement_outline(schedule_file)
     guard: Any = contextlib.nullcontext()
     if sim:
         runner: Any = _sim_runner(
@@ -457,16 +459,6 @@ def _device_runner(
     except (ValueError, UserCodeError) as exc:
         raise UserError(str(exc)) from None
     return runner, opened
-
-
-def _devices(path: Path) -> list[str]:
-    from eopt.fileformats import Where, parse_yaml, read_text
-
-    at = Where(str(path))
-    data = parse_yaml(read_text(path, at, what="a placements file"), at, language="YAML/JSON")
-    items = data.get("placements") if isinstance(data, Mapping) else data
-    devs = [str(i.get("device", "gpu0")) for i in items if isinstance(i, Mapping)]
-    return list(dict.fromkeys(devs)) or ["gpu0"]
 
 
 def _print(result: Any, data: Mapping[str, Any]) -> None:
