@@ -262,6 +262,12 @@ def _with_interactions(
         ],
         "notes": list(comp.notes),
     }
+    types = {e.type for e in schedule.elements}
+    if not set(graph.nodes) & types:
+        info["notes"].append(
+            f"none of the graph's element types ({', '.join(graph.nodes)}) is in this "
+            "schedule: is it the graph of another workload?"
+        )
     return dataclasses.replace(schedule, meta={**schedule.meta, "interactions": info})
 
 
@@ -277,6 +283,8 @@ def _print_interactions(schedule: Schedule) -> None:
         f"rest ±{format_energy(info['bias_bound_j'])}",
         highlight=False,
     )
+    for note in info.get("notes", []):
+        console.print(f"             note: {escape(note)}", highlight=False)
 
 
 def _print_frontier(points: list[FrontierPlan], rows: int = 12) -> None:
