@@ -17,6 +17,9 @@ NEEDED = [
     "lowtime_bench/s4_m8_u1ms/profile.csv",
     "lowtime_bench/s4_m8_u1ms/summary.json",
     "kokkos_dbscan_h100/README.md",
+    "dvfs/nv_dvfs_benchmark/v100-dvfs-real-profile.csv",
+    "dvfs/nv_dvfs_benchmark/rtx8000-dvfs-real-profile.csv",
+    "dvfs/hkbu_gpu_dvfs_job_schedule/gtx2070s-dvfs-real-Performance-Power.csv",
 ]
 
 
