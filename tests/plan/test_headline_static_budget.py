@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-import networkx as nx
 import numpy as np
 import pytest
 
@@ -30,55 +31,22 @@ from eopt.plan.schedule import read_schedule, write_schedule
 from eopt.plan.solve import Savings, savings, solve_plan
 
 IDLE_W = 100.0
-CLOCKS = (1400, 1200, 1000, 800)
-
-
-def _profile(path: Path, stages: int, seed: int) -> Path:
-    """A stage profile whose energy is U-shaped in the clock (as measured ones are)."""
-    rng = np.random.default_rng(seed)
-    rows = ["stage,instruction,frequency,time,energy"]
-    for s in range(stages):
-        for kind, t0, d0 in (("forward", 0.05, 20.0), ("backward", 0.1, 45.0)):
-            t0 *= rng.uniform(0.8, 1.2)
-            for f in CLOCKS:
-                t = t0 * (1400.0 / f) ** 0.9
-                d = d0 * (0.55 + 0.45 * (f / 1400.0) ** 2) * rng.uniform(0.97, 1.0)
-                rows.append(f"{s},{kind},{f},{t!r},{IDLE_W * t + d!r}")
-    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
-    return path
-
-
-def _all_assignments(plan: Plan, lib: Library) -> tuple[np.ndarray, np.ndarray, list]:
-    """Makespan and energy of every cell assignment (rows), and the cells per element."""
-    names = [e.name for e in plan.elements]
-    cells = [
-        sorted(lib.by_name(e.type), key=lambda c: -c.op_point.sm_clock_mhz) for e in plan.elements
-    ]
-    t = np.array(list(itertools.product(*[[c.time for c in cs] for cs in cells])))
-    e = np.array(list(itertools.product(*[[c.energy for c in cs] for cs in cells])))
-    index = {n: i for i, n in enumerate(names)}
-    finish = np.zeros_like(t)
-    graph = nx.DiGraph(plan.edges())
-    graph.add_nodes_from(names)
-    for name in nx.topological_sort(graph):
-        i = index[name]
-        preds = [index[p] for p in graph.predecessors(name)]
-        start = finish[:, preds].max(axis=1) if preds else 0.0
-        finish[:, i] = start + t[:, i]
-    makespan = finish.max(axis=1)
-    energy = e.sum(axis=1) + IDLE_W * (len(plan.devices) * makespan - t.sum(axis=1))
-    return makespan, energy, cells
 
 
 @pytest.fixture(params=[0, 1])
-def small(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Plan, Library]:
-    lib = Library(read_perseus_profile(_profile(tmp_path / "p.csv", 2, request.param), IDLE_W))
+def small(
+    request: pytest.FixtureRequest, tmp_path: Path, synthetic_profile: Callable[..., Path]
+) -> tuple[Plan, Library]:
+    path = synthetic_profile(tmp_path / "p.csv", 2, request.param, IDLE_W)
+    lib = Library(read_perseus_profile(path, IDLE_W))
     return pipeline_plan(2, 2, IDLE_W), lib  # 8 elements × 4 clocks: 65 536 assignments
 
 
-def test_headline_numbers_equal_brute_force(small: tuple[Plan, Library]) -> None:
+def test_headline_numbers_equal_brute_force(
+    small: tuple[Plan, Library], assignments: Callable[..., Any]
+) -> None:
     plan, lib = small
-    makespan, energy, _ = _all_assignments(plan, lib)
+    makespan, energy, _ = assignments(plan, lib, IDLE_W)
     fastest = makespan.min()
     all_fastest = energy[0]  # every element at its fastest clock (row 0: 1400 MHz each)
     assert makespan[0] == pytest.approx(fastest)
@@ -128,9 +96,11 @@ def test_headline_of_a_plan_that_costs_more_at_no_slowdown() -> None:
     assert gains.headline() == "Uses 0.2 % more at no slowdown, saves 15.6 % at +5.0 % time"
 
 
-def test_static_plan_is_the_best_one_clock_per_device(small: tuple[Plan, Library]) -> None:
+def test_static_plan_is_the_best_one_clock_per_device(
+    small: tuple[Plan, Library], assignments: Callable[..., Any]
+) -> None:
     plan, lib = small
-    makespan, energy, cells = _all_assignments(plan, lib)
+    makespan, energy, cells = assignments(plan, lib, IDLE_W)
     deadline = 1.15 * makespan.min()
     # Rows whose elements on each device share one clock.
     per_element = [[c.op_point.sm_clock_mhz for c in cs] for cs in cells]

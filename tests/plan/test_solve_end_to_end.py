@@ -14,9 +14,8 @@ import itertools
 import math
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-import networkx as nx
-import numpy as np
 import pytest
 
 from eopt.calculus.library import Library
@@ -41,42 +40,11 @@ IDLE_W = 100.0
 CLOCKS = (1400, 1200, 1000, 800)
 
 
-def _synthetic_profile(path: Path, stages: int, seed: int) -> Path:
-    """A profile where the lowest clock is (T, E)-dominated yet cheaper above idle.
-
-    E = s̄·t + d with d falling with the clock until 1000 MHz and barely below at 800 MHz:
-    800 MHz costs more total energy than 1000 MHz (longer at s̄) but less above idle.
-    """
-    rng = np.random.default_rng(seed)
-    rows = ["stage,instruction,frequency,time,energy"]
-    for s in range(stages):
-        for kind, t0, d0 in (("forward", 0.05, 20.0), ("backward", 0.1, 45.0)):
-            t0 *= rng.uniform(0.8, 1.2)
-            for f in CLOCKS:
-                t = t0 * (1400.0 / f) ** 0.9
-                d = d0 * (0.55 + 0.45 * (f / 1400.0) ** 2) * rng.uniform(0.97, 1.0)
-                rows.append(f"{s},{kind},{f},{t!r},{IDLE_W * t + d!r}")
-    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
-    return path
-
-
-def _brute_force(plan: Plan, lib: Library, deadline: float) -> float:
+def _brute_force(
+    plan: Plan, lib: Library, deadline: float, assignments: Callable[..., Any]
+) -> float:
     """Minimum of Σ E_i + Σ_dev s̄·(H − busy) over every cell assignment with H ≤ deadline."""
-    names = [e.name for e in plan.elements]
-    cells = [lib.by_name(e.type) for e in plan.elements]
-    t = np.array(list(itertools.product(*[[c.time for c in cs] for cs in cells])))
-    e = np.array(list(itertools.product(*[[c.energy for c in cs] for cs in cells])))
-    index = {n: i for i, n in enumerate(names)}
-    finish = np.zeros_like(t)
-    graph = nx.DiGraph(plan.edges())
-    graph.add_nodes_from(names)
-    for name in nx.topological_sort(graph):
-        i = index[name]
-        preds = [index[p] for p in graph.predecessors(name)]
-        start = finish[:, preds].max(axis=1) if preds else 0.0
-        finish[:, i] = start + t[:, i]
-    makespan = finish.max(axis=1)
-    energy = e.sum(axis=1) + IDLE_W * (len(plan.devices) * makespan - t.sum(axis=1))
+    makespan, energy, _ = assignments(plan, lib, IDLE_W)
     feasible = makespan <= deadline * (1 + 1e-12)
     return float(energy[feasible].min())
 
@@ -123,15 +91,24 @@ def _check_schedule(schedule: Schedule, plan: Plan, lib: Library) -> None:
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_milp_matches_brute_force_on_small_pipeline(tmp_path: Path, seed: int) -> None:
-    lib = Library(read_perseus_profile(_synthetic_profile(tmp_path / "p.csv", 2, seed), IDLE_W))
+def test_milp_matches_brute_force_on_small_pipeline(
+    tmp_path: Path,
+    seed: int,
+    synthetic_profile: Callable[..., Path],
+    assignments: Callable[..., Any],
+) -> None:
+    lib = Library(
+        read_perseus_profile(synthetic_profile(tmp_path / "p.csv", 2, seed, IDLE_W), IDLE_W)
+    )
     plan = pipeline_plan(2, 2, IDLE_W)  # 8 elements × 4 clocks: 65 536 assignments
     fastest = solve_plan(plan, slowdown=0.0, method="milp", library=lib).makespan
     for slowdown in (0.0, 0.08, 0.2, 0.5):
         deadline = fastest * (1 + slowdown)
         schedule = solve_plan(plan, deadline=deadline, method="milp", library=lib)
         _check_schedule(schedule, plan, lib)
-        assert schedule.energy == pytest.approx(_brute_force(plan, lib, deadline), rel=1e-9)
+        assert schedule.energy == pytest.approx(
+            _brute_force(plan, lib, deadline, assignments), rel=1e-9
+        )
         assert schedule.solver["status"] == "optimal"
 
 
@@ -163,10 +140,12 @@ def _with_overlapped_allreduce(plan: Plan, lib: Library) -> tuple[Plan, Library]
 
 
 @pytest.mark.parametrize("method", ["milp", "relax"])
-def test_overlapping_groups_priced_like_the_calculus(tmp_path: Path, method: str) -> None:
+def test_overlapping_groups_priced_like_the_calculus(
+    tmp_path: Path, method: str, synthetic_profile: Callable[..., Path]
+) -> None:
     """Stages idle at 80 W but draw s = 100 W while running, so a group's static power
     counted per member would be visible: the prediction is the calculus' instead."""
-    lib = Library(read_perseus_profile(_synthetic_profile(tmp_path / "p.csv", 3, 5), IDLE_W))
+    lib = Library(read_perseus_profile(synthetic_profile(tmp_path / "p.csv", 3, 5, IDLE_W), IDLE_W))
     plan, lib = _with_overlapped_allreduce(pipeline_plan(3, 3, 80.0), lib)
     for slowdown in (0.0, 0.1, 0.4):
         schedule = solve_plan(plan, slowdown=slowdown, method=method, library=lib)
@@ -186,9 +165,11 @@ def test_overlapping_groups_priced_like_the_calculus(tmp_path: Path, method: str
         assert schedule.energy == pytest.approx(separate - overcount, rel=1e-10)
 
 
-def test_pruning_keeps_cells_dominated_in_time_energy(tmp_path: Path) -> None:
+def test_pruning_keeps_cells_dominated_in_time_energy(
+    tmp_path: Path, synthetic_profile: Callable[..., Path]
+) -> None:
     """The 800 MHz cells lose to 1000 MHz in (T, E) but are kept: cheaper above idle."""
-    lib = Library(read_perseus_profile(_synthetic_profile(tmp_path / "p.csv", 2, 0), IDLE_W))
+    lib = Library(read_perseus_profile(synthetic_profile(tmp_path / "p.csv", 2, 0, IDLE_W), IDLE_W))
     plan = pipeline_plan(2, 2, IDLE_W)
     pp = build_problem(plan, lib)
     kept = {c.op_point.sm_clock_mhz for c in pp.cells["F[s0,m0]"]}
@@ -203,8 +184,10 @@ def test_pruning_keeps_cells_dominated_in_time_energy(tmp_path: Path) -> None:
     assert any(e.op_point.sm_clock_mhz == 800 for e in schedule.elements)
 
 
-def test_schedule_file_round_trip_and_baseline(tmp_path: Path) -> None:
-    lib = Library(read_perseus_profile(_synthetic_profile(tmp_path / "p.csv", 3, 4), IDLE_W))
+def test_schedule_file_round_trip_and_baseline(
+    tmp_path: Path, synthetic_profile: Callable[..., Path]
+) -> None:
+    lib = Library(read_perseus_profile(synthetic_profile(tmp_path / "p.csv", 3, 4, IDLE_W), IDLE_W))
     plan = pipeline_plan(3, 3, IDLE_W)
     schedule = solve_plan(plan, slowdown=0.05, method="relax", library=lib)
     write_schedule(tmp_path / "s.json", schedule)
