@@ -328,9 +328,8 @@ def characterize_element(
         runs: Number of runs.
         seed: Base seed.
     """
-    probe = runner.run([Job(element, device, 0.0, 0.0)], 2, seed)
-    t_guess = float(probe.time_s.mean())
-    rs = runner.run([Job(element, device, 0.0, t_guess)], runs, seed)
+    # Alone, a job's planned end orders nothing: no need to know its time first.
+    rs = runner.run([Job(element, device, 0.0, 0.0)], runs, seed)
     s = runner.static_power_w(element)
     return _signature(element, device, rs.energy_j, rs.time_s, s, None, {"source": "check"})
 
