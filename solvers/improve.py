@@ -17,6 +17,7 @@ import numpy as np
 from solvers.budget import Budget
 from solvers.hull import pareto_modes
 from solvers.indexed import IndexedProblem, meets
+from solvers.paths import PathTimes
 
 
 def pareto_table(ip: IndexedProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -74,15 +75,14 @@ def improve(
     hold_deadline = ip.problem.hold == "deadline" and deadline is not None
     sbar = 0.0 if hold_deadline else ip.idle_total_w
     cur_c = ip.costs_of(modes)
-    dur = ip.durations_of(modes)
-    es = ip.earliest_starts(dur)
-    h = float(np.max(es + dur))
+    times = PathTimes.of(ip, ip.durations_of(modes))
+    h = times.makespan
     objective = float(cur_c.sum()) + sbar * h
     batch = 16
     rounds = 0
     while not budget.expired() and (max_rounds is None or rounds < max_rounds):
         rounds += 1
-        tail = ip.tails(dur)
+        _, es, tail = times.arrays()
         reach = (es + tail)[:, None] + pdur  # makespan through task i in mode k
         with np.errstate(invalid="ignore"):  # inf padding times a zero S̄
             delta = (pcost - cur_c[:, None]) + sbar * (np.maximum(h, reach) - h)
@@ -97,13 +97,12 @@ def improve(
             break
         while True:
             sel = order[:batch]
-            new_c = cur_c.copy()
-            new_d = dur.copy()
             ks = idx[sel, best_k[sel]]
+            new_c = cur_c.copy()
             new_c[sel] = [ip.costs[i][k] for i, k in zip(sel, ks, strict=True)]
-            new_d[sel] = [ip.durations[i][k] for i, k in zip(sel, ks, strict=True)]
-            new_es = ip.earliest_starts(new_d)
-            new_h = float(np.max(new_es + new_d))
+            new_d = [ip.durations[i][k] for i, k in zip(sel, ks, strict=True)]
+            trial = times.changed(sel, new_d, tails=False)
+            new_h = trial.makespan
             new_obj = float(new_c.sum()) + sbar * new_h
             if len(sel) == 1 or (
                 new_h <= cap and new_obj <= objective + float(gain[order[0]]) + tol
@@ -112,7 +111,8 @@ def improve(
             batch = max(1, batch // 4)
         for i, k in zip(sel, ks, strict=True):
             modes[int(i)] = int(k)
-        cur_c, dur, es, h, objective = new_c, new_d, new_es, new_h, new_obj
+        times = trial.with_tails(sel)
+        cur_c, h, objective = new_c, new_h, new_obj
         batch = min(2 * batch, ip.n)
     return modes
 
