@@ -49,6 +49,19 @@ def improve(
     *,
     max_rounds: int | None = None,
 ) -> list[int]:
+    """Slack-to-energy improvement (`improve_with_times`); the improved assignment."""
+    return improve_with_times(ip, modes, deadline, budget, max_rounds=max_rounds)[0]
+
+
+def improve_with_times(
+    ip: IndexedProblem,
+    modes: Sequence[int],
+    deadline: float | None,
+    budget: Budget | None = None,
+    *,
+    max_rounds: int | None = None,
+    times: PathTimes | None = None,
+) -> tuple[list[int], PathTimes]:
     """Slack-to-energy improvement: apply the best mode changes while they pay off.
 
     A move gives one task another mode; its exact effect on the makespan alone is
@@ -64,9 +77,11 @@ def improve(
         deadline: s, or None.
         budget: the time allowed (None: until no move pays off).
         max_rounds: stop after this many rounds (None: no limit).
+        times: the longest-path times of `modes`, when the caller has them (saves the
+            two full passes that build them).
 
     Returns:
-        The improved assignment (a new list).
+        The improved assignment (a new list) and its longest-path times.
     """
     budget = budget or Budget.unlimited()
     modes = list(modes)
@@ -75,7 +90,8 @@ def improve(
     hold_deadline = ip.problem.hold == "deadline" and deadline is not None
     sbar = 0.0 if hold_deadline else ip.idle_total_w
     cur_c = ip.costs_of(modes)
-    times = PathTimes.of(ip, ip.durations_of(modes))
+    if times is None:
+        times = PathTimes.of(ip, ip.durations_of(modes))
     h = times.makespan
     objective = float(cur_c.sum()) + sbar * h
     batch = 16
@@ -114,7 +130,7 @@ def improve(
         times = trial.with_tails(sel)
         cur_c, h, objective = new_c, new_h, new_obj
         batch = min(2 * batch, ip.n)
-    return modes
+    return modes, times
 
 
 def repair(ip: IndexedProblem, modes: Sequence[int], deadline: float) -> list[int]:

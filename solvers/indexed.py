@@ -274,9 +274,7 @@ class IndexedProblem:
         gap = z * self.trans_time
         starts = self.earliest_starts(dur, gap if self.chain_pairs else None)
         makespan = float(np.max(starts + dur)) if self.n else 0.0
-        horizon = makespan
-        if self.problem.hold == "deadline" and deadline is not None:
-            horizon = max(float(deadline), makespan)
+        horizon = self.horizon(makespan, deadline)
         busy = np.zeros(len(self.devices))
         np.add.at(busy, self.task_device, dur + gap)
         task_energy = float(np.sum(self._pick(self.mode_tables()[1], modes)))
@@ -294,3 +292,20 @@ class IndexedProblem:
             transitions=int(z.sum()),
             busy=busy,
         )
+
+    def horizon(self, makespan: float, deadline: float | None) -> float:
+        """s the devices are held for: the makespan, or the deadline when the problem
+        holds them to it."""
+        if self.problem.hold == "deadline" and deadline is not None:
+            return max(float(deadline), makespan)
+        return makespan
+
+    def energy_at(self, modes: Sequence[int], makespan: float, deadline: float | None) -> float:
+        """`evaluate(modes, deadline).energy` of an uncoupled problem whose makespan the
+        caller already knows (J), by the same operations: no schedule pass."""
+        dur = self.durations_of(modes)
+        busy = np.zeros(len(self.devices))
+        np.add.at(busy, self.task_device, dur)
+        task_energy = float(np.sum(self._pick(self.mode_tables()[1], modes)))
+        idle_energy = float(np.dot(self.idle_w, self.horizon(makespan, deadline) - busy))
+        return task_energy + idle_energy

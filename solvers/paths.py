@@ -1,12 +1,12 @@
 """Longest-path times of one assignment, kept up to date as a few durations change.
 
-The local searches (`solvers.improve`) change a handful of task durations at a time and
-need, after each change, every task's earliest start and tail (the longest time from
-its end to the end of the schedule). Recomputing both over the whole DAG is a Python
-loop over every edge; here only the tasks whose value can move are revisited: a
-changed duration moves the ends of its task and, through them, the starts of the
-successors it binds (forward), and the tails of its predecessors (backward). A task
-whose value comes out unchanged stops the wave there.
+The local searches (`solvers.improve`, `solvers.perturb`) change a handful of task
+durations at a time and need, after each change, every task's earliest start and tail
+(the longest time from its end to the end of the schedule). Recomputing both over the
+whole DAG is a Python loop over every edge; here only the tasks whose value can move
+are revisited: a changed duration moves the ends of its task and, through them, the
+starts of the successors it binds (forward), and the tails of its predecessors
+(backward). A task whose value comes out unchanged stops the wave there.
 
 Every value is computed by the same expression as the full pass
 (`IndexedProblem.earliest_starts`, `IndexedProblem.tails`) from the same inputs, so an

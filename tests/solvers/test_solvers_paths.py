@@ -69,3 +69,22 @@ def test_updates_are_bit_identical_to_full_passes_on_a_pipeline(bf) -> None:
         assert times.starts == full.starts
         assert times.ends == full.ends
         assert times.tails == full.tails
+
+
+@pytest.mark.parametrize("hold", ["makespan", "deadline"])
+@pytest.mark.parametrize("seed", range(4))
+def test_energy_at_a_known_makespan_is_evaluates_energy(bf, seed: int, hold: str) -> None:
+    problem = bf.random_problem(seed, max_tasks=10, max_modes=4, max_assignments=10**9, hold=hold)
+    ip = IndexedProblem(problem)
+    rng = random.Random(seed)
+    for _ in range(20):
+        modes = [rng.randrange(len(ip.durations[i])) for i in range(ip.n)]
+        times = PathTimes.of(ip, ip.durations_of(modes))
+        ev = ip.evaluate(modes, None)
+        deadline = rng.choice([None, ev.makespan * rng.uniform(1.0, 1.5)])
+        # Equal, not merely close: searches compare these energies with each other.
+        assert ip.energy_at(modes, times.makespan, deadline) == ip.evaluate(modes, deadline).energy
+        # And against first principles (the conftest's independent accounting).
+        assign = {name: modes[ip.index[name]] for name in ip.names}
+        _, energy = bf.true_evaluate(problem, assign, deadline)
+        assert ip.energy_at(modes, times.makespan, deadline) == pytest.approx(energy, rel=1e-12)

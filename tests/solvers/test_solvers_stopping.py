@@ -138,14 +138,14 @@ def test_ctrl_c_in_the_relax_search_keeps_the_best_plan(
 ) -> None:
     problem, deadline = _problem(bf)
     calls = itertools.count()
-    real = improve_module.improve
+    real = improve_module.improve_with_times
 
-    def interrupted_on_the_fifth_step(*args: Any, **kwargs: Any) -> list[int]:
+    def interrupted_on_the_fifth_step(*args: Any, **kwargs: Any) -> Any:
         if next(calls) == 5:
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(perturb_module, "improve", interrupted_on_the_fifth_step)
+    monkeypatch.setattr(perturb_module, "improve_with_times", interrupted_on_the_fifth_step)
     sol = solve(problem, deadline, method="relax", stop=RUN_TO_LIMIT)
     assert sol.status == "interrupted" and sol.stop_reason == "interrupted"
     assert "interrupted" in sol.message
