@@ -21,20 +21,20 @@ TEST_DATA_DIR = Path(__file__).resolve().parent / "data"
 
 
 def find_test_data(relative: str | os.PathLike[str]) -> Path:
-    """The one lookup of test data: ``tests/data/<relative>``, else ``$EOPT_DATA_DIR/<relative>``.
+    """The one lookup of test data: ``tests/data/<relative>``, and nowhere else.
 
-    The repository ships what the tests need, so a fresh clone never depends on the
-    project's data folder; ``$EOPT_DATA_DIR`` only serves files not shipped.
+    The repository ships what the tests need, so the suite passes on a fresh clone with
+    no data folder beside it.
 
     Args:
-        relative: A path relative to the data folder, e.g.
+        relative: A path relative to tests/data, e.g.
             ``"perseus_sosp24/stage_profile/gpt3-175b+a100_sxm_bf16.csv"``.
 
     Returns:
         The existing file or folder.
 
     Raises:
-        pytest.fail: when neither place has it (a missing file fails the test; it is
+        pytest.fail: when tests/data lacks it (a missing file fails the test; it is
             never skipped).
     """
     rel = Path(relative)
@@ -43,12 +43,8 @@ def find_test_data(relative: str | os.PathLike[str]) -> Path:
     shipped = TEST_DATA_DIR / rel
     if shipped.exists():
         return shipped
-    env = os.environ.get("EOPT_DATA_DIR")
-    if env and (Path(env) / rel).exists():
-        return Path(env) / rel
-    where = f"{TEST_DATA_DIR}" + (f" or {env}" if env else "")
     pytest.fail(
-        f"test data {rel} not found in {where}; copy it into tests/data/{rel} "
+        f"test data {rel} not found in {TEST_DATA_DIR}; copy it into tests/data/{rel} "
         "(and note its source in that folder's README.md)",
         pytrace=False,
     )

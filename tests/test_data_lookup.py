@@ -1,4 +1,4 @@
-"""The one test-data lookup (``data_file`` in tests/conftest.py) works on a fresh clone."""
+"""The one test-data lookup (``data_file`` in tests/conftest.py) reads tests/data only."""
 
 from __future__ import annotations
 
@@ -24,10 +24,7 @@ NEEDED = [
 
 
 @pytest.mark.parametrize("relative", NEEDED)
-def test_needed_data_ships_in_tests_data(
-    relative: str, data_file: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("EOPT_DATA_DIR", "/nonexistent")
+def test_needed_data_ships_in_tests_data(relative: str, data_file: Callable[[str], Path]) -> None:
     found = data_file(relative)
     assert found == TESTS / "data" / relative
     assert found.stat().st_size > 0
@@ -44,19 +41,18 @@ def test_every_shipped_folder_is_listed_and_copied_data_say_where_they_came_from
         assert readme.is_file(), f"{copied} has no README.md with its provenance"
 
 
-def test_falls_back_to_eopt_data_dir(
+def test_reads_nothing_outside_tests_data(
     tmp_path: Path, data_file: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # A data folder named in the environment (as benchmarks use) is not a source for tests.
     extra = tmp_path / "bench" / "only_here.csv"
     extra.parent.mkdir()
     extra.write_text("a,b\n1,2\n")
     monkeypatch.setenv("EOPT_DATA_DIR", str(tmp_path))
-    assert data_file("bench/only_here.csv") == extra
+    with pytest.raises(pytest.fail.Exception, match=r"not found in .*tests/data"):
+        data_file("bench/only_here.csv")
 
 
-def test_missing_data_fails_naming_where_to_put_it(
-    data_file: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.delenv("EOPT_DATA_DIR", raising=False)
+def test_missing_data_fails_naming_where_to_put_it(data_file: Callable[[str], Path]) -> None:
     with pytest.raises(pytest.fail.Exception, match=r"copy it into tests/data/nope/x\.csv"):
         data_file("nope/x.csv")
