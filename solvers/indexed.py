@@ -275,11 +275,8 @@ class IndexedProblem:
         starts = self.earliest_starts(dur, gap if self.chain_pairs else None)
         makespan = float(np.max(starts + dur)) if self.n else 0.0
         horizon = self.horizon(makespan, deadline)
-        busy = np.zeros(len(self.devices))
-        np.add.at(busy, self.task_device, dur + gap)
-        task_energy = float(np.sum(self._pick(self.mode_tables()[1], modes)))
+        task_energy, idle_energy, busy = self._energies(modes, dur + gap, horizon)
         trans_energy = float(np.dot(z, self.trans_energy))
-        idle_energy = float(np.dot(self.idle_w, horizon - busy))
         return Evaluation(
             starts=starts,
             durations=dur,
@@ -303,9 +300,17 @@ class IndexedProblem:
     def energy_at(self, modes: Sequence[int], makespan: float, deadline: float | None) -> float:
         """`evaluate(modes, deadline).energy` of an uncoupled problem whose makespan the
         caller already knows (J), by the same operations: no schedule pass."""
-        dur = self.durations_of(modes)
-        busy = np.zeros(len(self.devices))
-        np.add.at(busy, self.task_device, dur)
-        task_energy = float(np.sum(self._pick(self.mode_tables()[1], modes)))
-        idle_energy = float(np.dot(self.idle_w, self.horizon(makespan, deadline) - busy))
+        horizon = self.horizon(makespan, deadline)
+        task_energy, idle_energy, _ = self._energies(modes, self.durations_of(modes), horizon)
         return task_energy + idle_energy
+
+    def _energies(
+        self, modes: Sequence[int], held: np.ndarray, horizon: float
+    ) -> tuple[float, float, np.ndarray]:
+        """(Σ E_i J, idle energy J, busy s per device) of `modes`, each task holding its
+        device for `held` s (its duration and any transition before it)."""
+        busy = np.zeros(len(self.devices))
+        np.add.at(busy, self.task_device, held)
+        task_energy = float(np.sum(self._pick(self.mode_tables()[1], modes)))
+        idle_energy = float(np.dot(self.idle_w, horizon - busy))
+        return task_energy, idle_energy, busy
