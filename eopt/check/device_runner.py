@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from eopt.check.runner import Job, JobRecord, RunSet
+from eopt.check.runner import Job, JobRecord, RunSet, check_run_args, first_jobs
 from eopt.devices.operating_point import OperatingPoint
 
 __all__ = ["CallableElement", "DeviceRunner"]
@@ -125,10 +125,7 @@ class DeviceRunner:
                 placements that overlap on one device.
         """
         del seed  # real runs draw their own noise
-        if not jobs:
-            raise ValueError("nothing to run: no jobs")
-        if runs < 2:
-            raise ValueError(f"runs must be ≥ 2 to estimate a spread, got {runs}")
+        check_run_args(jobs, runs)
         for job in jobs:
             if job.device not in self.devices:
                 known = ", ".join(self.devices)
@@ -145,9 +142,7 @@ class DeviceRunner:
                     )
         energies, times, per_run = [], [], []
         per_device: dict[str, list[float]] = {d: [] for d in self.devices}
-        firsts: dict[str, Job] = {}
-        for job in sorted(jobs, key=lambda j: j.start_s):
-            firsts.setdefault(job.device, job)
+        firsts = first_jobs(jobs)
         for _ in range(runs):
             # The null context includes a settled clock: lock each device's first clock
             # before the cool-down, not as its first element starts.

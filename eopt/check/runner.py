@@ -16,7 +16,7 @@ intervals overlap co-run.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -29,6 +29,8 @@ __all__ = [
     "ScheduleRunner",
     "SimElement",
     "SimRunner",
+    "check_run_args",
+    "first_jobs",
 ]
 
 # Planned intervals closer than this are back to back, not overlapping (1 ns).
@@ -220,8 +222,7 @@ class SimRunner:
 
         load_profile(model)  # an unknown model fails here, before any run
         self.model = model
-        base = Mechanisms.parse(mechanisms)
-        self.mechanisms = replace(base, noise=noise) if "noise" in _fields(base) else base
+        self.mechanisms = replace(Mechanisms.parse(mechanisms), noise=noise)
         self.noise = noise
         self.power_limit_w = power_limit_w
         self.power_budget_w = power_budget_w
@@ -292,28 +293,18 @@ class SimRunner:
         spec = self.elements.get(element)
         return spec.sm_clock_mhz if spec is not None else None
 
-    def run(
-        self,
-        jobs: Sequence[Job],
-        runs: int,
-        seed: int = 0,
-        progress: Callable[[int], None] | None = None,
-    ) -> RunSet:
+    def run(self, jobs: Sequence[Job], runs: int, seed: int = 0) -> RunSet:
         """Run ``jobs`` ``runs`` times, each from a fresh node (the null context).
 
         Args:
             jobs: The jobs, starts relative to one origin.
             runs: Number of runs (≥ 2).
             seed: Base seed; run ``r`` uses ``seed + r``.
-            progress: Called with 1 after each run.
 
         Raises:
             ValueError: no jobs, fewer than two runs, or an unknown device or element.
         """
-        if not jobs:
-            raise ValueError("nothing to run: no jobs")
-        if runs < 2:
-            raise ValueError(f"runs must be ≥ 2 to estimate a spread, got {runs}")
+        check_run_args(jobs, runs)
         for job in jobs:
             if job.device not in self.devices:
                 raise ValueError(f"job {job.element!r}: unknown device {job.device!r}")
@@ -327,8 +318,6 @@ class SimRunner:
             for d, e in dev_e.items():
                 per_device[d].append(e)
             per_run.append(records)
-            if progress is not None:
-                progress(1)
         return RunSet(
             np.array(energies),
             np.array(times),
@@ -360,9 +349,7 @@ class SimRunner:
         # The null context includes a settled clock: each device starts at its first
         # job's clock, set a lead-in before the origin (the span is measured from the
         # origin). The same lead-in lets a job's clock settle "before its start".
-        firsts: dict[str, Job] = {}
-        for job in sorted(jobs, key=lambda j: j.start_s):
-            firsts.setdefault(job.device, job)
+        firsts = first_jobs(jobs)
         presettle = any(self.element(j.element).sm_clock_mhz is not None for j in firsts.values())
         origin_lead = max(
             [j.settle_before_s for j in jobs] + ([_PRESETTLE_S] if presettle else [0.0])
@@ -481,8 +468,35 @@ class SimRunner:
         return total, float(last_end - t0), dev_e, tuple(out)
 
 
-def _fields(obj: Any) -> set[str]:
-    return set(getattr(obj, "__dataclass_fields__", {}))
+def check_run_args(jobs: Sequence[Job], runs: int) -> None:
+    """Refuse what no runner can measure: no jobs, or too few runs for a spread.
+
+    Args:
+        jobs: The jobs asked for.
+        runs: The number of runs asked for.
+
+    Raises:
+        ValueError: no jobs, or fewer than two runs.
+    """
+    if not jobs:
+        raise ValueError("nothing to run: no jobs")
+    if runs < 2:
+        raise ValueError(f"runs must be ≥ 2 to estimate a spread, got {runs}")
+
+
+def first_jobs(jobs: Sequence[Job]) -> dict[str, Job]:
+    """Each device's first job by planned start: whose clock the null context settles.
+
+    Args:
+        jobs: The jobs of a run.
+
+    Returns:
+        Device name → its earliest job (the one given first among equal starts).
+    """
+    firsts: dict[str, Job] = {}
+    for job in sorted(jobs, key=lambda j: j.start_s):
+        firsts.setdefault(job.device, job)
+    return firsts
 
 
 def _energy(gpu: Any) -> float:

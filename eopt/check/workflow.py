@@ -49,6 +49,7 @@ from eopt.calculus.interactions import EntryEdge, InteractionGraph, RuntimeEdge
 from eopt.calculus.schedule import Placement
 from eopt.calculus.signature import Signature
 from eopt.calculus.uncertainty import DEFAULT_CONFIDENCE, BiasBound
+from eopt.check.result_file import CHECK_SCHEMA
 from eopt.check.runner import Job, RunSet, ScheduleRunner
 
 __all__ = [
@@ -183,7 +184,7 @@ class CheckResult:
     def to_dict(self) -> dict[str, Any]:
         """JSON layout of ``eopt.check/1``."""
         return {
-            "schema": "eopt.check/1",
+            "schema": CHECK_SCHEMA,
             "deviation": self.deviation,
             "confidence": self.confidence,
             "runs": self.runs,
@@ -305,9 +306,8 @@ def _test(
     if spread == "single":
         p_e = MeanEstimate(pred.energy.mean, pred.signature.std_energy, pred.energy.n)
         p_t = MeanEstimate(pred.time.mean, pred.signature.std_time, pred.time.n)
-        e, t = measured.energy_j, measured.time_s
-        m_e = MeanEstimate(float(e.mean()), float(e.std(ddof=1)), e.size)
-        m_t = MeanEstimate(float(t.mean()), float(t.std(ddof=1)), t.size)
+        m_e = MeanEstimate.of(measured.energy_j.tolist())
+        m_t = MeanEstimate.of(measured.time_s.tolist())
         return deviation_report((p_e, p_t), (m_e, m_t), confidence=each, spread="single")
     return deviation_report(
         (pred.energy, pred.time),
@@ -384,7 +384,6 @@ class _Session:
         self.confidence = confidence
         self.progress = progress
         self.log: list[str] = []
-        self.idle_power_w: Mapping[str, float] | None = None  # set per composition
         self._cache: dict[tuple[Job, ...], RunSet] = {}
         self._next_seed = seed
         # Characterized values this check found, applied wherever their pattern occurs:
@@ -438,20 +437,18 @@ class _Session:
         self._cache[key] = pooled
         return fresh, pooled
 
-    def placed(
-        self, idxs: Sequence[int], shift: Mapping[int, float] | None = None
-    ) -> list[Placement]:
-        """The placements ``idxs`` as the refined composition sees them.
+    def placed(self, idxs: Sequence[int]) -> tuple[list[Placement], Mapping[str, float] | None]:
+        """The placements ``idxs`` as the refined composition sees them, gaps included.
 
         Found interactions are substituted where their pattern occurs among ``idxs``;
         then every device's elements are re-timed as the runner runs them: an element
         starts at its planned start or when the element ahead of it on its stream ends,
-        whichever is later (a slower co-run or consumer delays what follows it).
+        whichever is later (a slower co-run or consumer delays what follows it). Returns
+        them with each device's trailing idle draw (see :meth:`_with_idle`).
         """
-        shift = shift or {}
         chosen = sorted(set(idxs))
         plan = {i: self.placements[i] for i in chosen}
-        start = {i: plan[i].start + shift.get(i, 0.0) for i in chosen}
+        start = {i: plan[i].start for i in chosen}
         units: list[tuple[Signature, str, tuple[int, ...]]] = []
         used: set[int] = set()
         for device, comp in self.device_composites.items():
@@ -520,17 +517,19 @@ class _Session:
         names = sig.meta.get("composite_of") or [sig.name.split("+")[-1]]
         return clock_of(str(names[-1]))
 
-    def _with_idle(self, placed: list[Placement]) -> list[Placement]:
+    def _with_idle(
+        self, placed: list[Placement]
+    ) -> tuple[list[Placement], Mapping[str, float] | None]:
         """Gaps as idle elements drawing what an idle device draws at the clock left set.
 
         A locked clock keeps an idle GPU's draw up, so a gap costs the idle draw at the
         clock of the element before it (after it, for a device's leading gap); the time
-        after a device's last element, to the schedule's end, costs the same at its clock.
+        after a device's last element, to the schedule's end, costs the same at its clock,
+        returned per device (None when the runner reports no idle draw).
         """
         idle_of = getattr(self.runner, "idle_power_w", None)
         if not callable(idle_of) or not placed:
-            self.idle_power_w = None
-            return placed
+            return placed, None
         origin = min(p.start for p in placed)
         out = list(placed)
         trailing: dict[str, float] = {}
@@ -549,8 +548,7 @@ class _Session:
                 busy_until = max(busy_until, p.end)
                 clock = self._clock_of(p.signature)
             trailing[device] = float(idle_of(clock))
-        self.idle_power_w = trailing
-        return out
+        return out, trailing
 
     def _retime(
         self,
@@ -583,26 +581,20 @@ class _Session:
                 out.append(Placement(sig.on(device), device, actual))
         return out
 
-    def predict(self, idxs: Sequence[int], shift: Mapping[int, float] | None = None) -> Prediction:
+    def predict(self, idxs: Sequence[int]) -> Prediction:
+        placed, idle_power_w = self.placed(idxs)
         return predict(
-            self.placed(idxs, shift),
+            placed,
             self.library + self.added,
             self.given_graph,
             self.runs_of,
             self.confidence,
-            self.idle_power_w,
+            idle_power_w,
         )
 
-    def test(
-        self,
-        idxs: Sequence[int],
-        jobs: Sequence[Job] | None = None,
-        confidence: float = 0.0,
-        shift: Mapping[int, float] | None = None,
-    ) -> tuple[DeviationReport, RunSet]:
-        jobs = list(jobs) if jobs is not None else [self.job(i) for i in idxs]
-        rs = self.measure(jobs)
-        return _test(self.predict(idxs, shift), rs, confidence or self.confidence), rs
+    def test(self, idxs: Sequence[int], confidence: float = 0.0) -> tuple[DeviationReport, RunSet]:
+        rs = self.measure([self.job(i) for i in idxs])
+        return _test(self.predict(idxs), rs, confidence or self.confidence), rs
 
 
 def check_schedule(
@@ -706,7 +698,7 @@ def _cross_device_cluster(
 ) -> set[int]:
     """Elements that actually overlapped ``seed`` on other devices, transitively (in at
     least half the runs)."""
-    pos = {i: order.index(i) for i in order}
+    pos = {i: k for k, i in enumerate(order)}
     spans = {
         i: np.array(
             [[run[pos[i]].start_s, run[pos[i]].start_s + run[pos[i]].time_s] for run in runs.jobs]
@@ -775,8 +767,7 @@ def _localize_and_characterize(ses: _Session, every: list[int]) -> Finding | Non
     prefix = order[:hi]
     candidates: list[tuple[int, Kind]] = []
     for j in prefix[:-1]:
-        q = ses.placements[j]
-        if q.start < pe.end - _EPS_S and q.end > pe.start + _EPS_S:
+        if _overlap(ses.placements[j], pe):
             candidates.append((j, "runtime"))
     before = [
         j
@@ -1036,14 +1027,14 @@ def _entry_finding(
         rs_dev = ses.measure([ses.job(i) for i in members])
         name = f"{pe.device}[{len(members)} elements]"
         first = min(members, key=lambda i: ses.placements[i].start)
-        lead = 0.0  # measure() starts a piece at its first start
         s_dev = ses.runner.static_power_w(ses.placements[first].signature.name)
+        # measure() starts a piece at its first start: no idle lead-in to take out.
         dev_e = rs_dev.device_energy_j.get(pe.device, rs_dev.energy_j)
         comp = _signature(
             name,
             pe.device,
-            dev_e - s_dev * lead,  # the idle lead-in composes as its own gap
-            rs_dev.time_s - lead,
+            dev_e,
+            rs_dev.time_s,
             s_dev,
             None,
             {

@@ -55,15 +55,20 @@ def read_kernel_map(path: Path) -> dict[str, Any]:
     return out
 
 
-def _kernel_map_data(path: Path) -> Mapping[str, Any]:
-    """The element → entry mapping of a --kernels file (directly or under ``elements:``)."""
+def _read_yaml(path: Path, what: str) -> Any:
+    """The YAML/JSON document in ``path``; a file that cannot be read is a UserError."""
     from eopt.fileformats import FileFormatError, Where, parse_yaml, read_text
 
     try:
         at = Where(str(path))
-        data = parse_yaml(read_text(path, at, what="a kernel map"), at, language="YAML/JSON")
+        return parse_yaml(read_text(path, at, what=what), at, language="YAML/JSON")
     except FileFormatError as exc:
         raise UserError(str(exc)) from None
+
+
+def _kernel_map_data(path: Path) -> Mapping[str, Any]:
+    """The element → entry mapping of a --kernels file (directly or under ``elements:``)."""
+    data = _read_yaml(path, "a kernel map")
     if isinstance(data, Mapping) and isinstance(data.get("elements"), Mapping):
         data = data["elements"]
     if not isinstance(data, Mapping):
@@ -79,13 +84,12 @@ def _default_kernel(name: str, signature: Any) -> Any:
     catalog = set(kernel_names())
     workload = dict(getattr(signature, "workload", {}) or {})
     kernel = workload.pop("kernel", None)
-    if kernel in catalog:
-        clock = signature.op_point.sm_clock_mhz if signature is not None else None
+    if kernel in catalog:  # only a library entry has a workload, so ``signature`` is one
         return SimElement(
             str(kernel),
             signature.impl if signature.impl != "default" else None,
             workload or None,
-            sm_clock_mhz=clock,
+            sm_clock_mhz=signature.op_point.sm_clock_mhz,
         )
     if name in catalog:
         return SimElement(name)
@@ -95,13 +99,7 @@ def _default_kernel(name: str, signature: Any) -> Any:
 def _placement_outline(path: Path) -> tuple[list[str], list[str]]:
     """(element types, devices) a placements file uses, in first-seen order: what to
     characterize and where to run, before the file is read against a library."""
-    from eopt.fileformats import FileFormatError, Where, parse_yaml, read_text
-
-    try:
-        at = Where(str(path))
-        data = parse_yaml(read_text(path, at, what="a placements file"), at, language="YAML/JSON")
-    except FileFormatError as exc:
-        raise UserError(str(exc)) from None
+    data = _read_yaml(path, "a placements file")
     items = data.get("placements") if isinstance(data, Mapping) else data
     if not isinstance(items, list):
         raise UserError(f"{path}: expected a list of placements {{element, device, start}}")
@@ -417,7 +415,7 @@ def _device_runner(
     data = _kernel_map_data(kernels_file)
     elements: dict[str, CallableElement] = {}
     for name in names:
-        entry = data.get(name) if isinstance(data, Mapping) else None
+        entry = data.get(name)
         where = f"{kernels_file}: {name}"
         if not isinstance(entry, Mapping) or not isinstance(entry.get("callable"), str):
             raise UserError(f"{where}: give {{callable: file.py:fn}} for this element")
