@@ -36,14 +36,18 @@ from eopt.calculus.contextual import (
     contextual_signatures,
 )
 from eopt.calculus.interactions import EntryEdge, InteractionGraph, RuntimeEdge
-from eopt.calculus.schedule import IdlePower, Placement, compose_schedule, device_timelines
+from eopt.calculus.schedule import (
+    _TIME_EPS_S,
+    IdlePower,
+    Placement,
+    _clusters,
+    compose_schedule,
+    device_timelines,
+)
 from eopt.calculus.signature import Signature
 from eopt.calculus.uncertainty import DEFAULT_CONFIDENCE, BiasBound, accumulated_bias
 
 __all__ = ["ContextualComposition", "Substitution", "compose_with_interactions"]
-
-# As in eopt.calculus.schedule: differences below 1 ps are rounding, not gaps.
-_TIME_EPS_S = 1e-12
 
 
 @dataclass(frozen=True)
@@ -236,12 +240,17 @@ def _entry_pass(
 ) -> None:
     """Substitute a consumer's values after its producer (in start order, in place)."""
     ordered = sorted(slots, key=lambda s: s.placement.start)
+    # Of the slots before this one (as substituted), the one that ends last: tracked in
+    # one pass instead of rescanning every earlier slot for each consumer.
+    latest: Placement | None = None
     for k, slot in enumerate(ordered):
+        if k:
+            done = ordered[k - 1].placement
+            latest = done if latest is None or done.end > latest.end else latest
         c = slot.placement
-        before = [s.placement for s in ordered[:k] if s.placement.end <= c.start + _TIME_EPS_S]
-        if not before or any(s.placement.end > c.start + _TIME_EPS_S for s in ordered[:k]):
+        if latest is None or latest.end > c.start + _TIME_EPS_S:
             continue  # first on the device, or something still runs when c starts
-        p = max(before, key=lambda q: q.end)
+        p = latest
         if c.start - p.end > adjacency_s + _TIME_EPS_S or slot.runtime_done:
             continue
         edge: EntryEdge | None = graph.entry_edge(p.signature.name, c.signature.name)
@@ -277,16 +286,7 @@ def _entry_pass(
 
 def _chain_clusters(slots: list[_Slot]) -> list[list[_Slot]]:
     """Chain-overlapping clusters of one device's slots (as ``compose_schedule`` forms)."""
-    clusters: list[list[_Slot]] = []
-    end = -math.inf
-    for s in sorted(slots, key=lambda s: s.placement.start):
-        if clusters and s.placement.start < end - _TIME_EPS_S:
-            clusters[-1].append(s)
-            end = max(end, s.placement.end)
-        else:
-            clusters.append([s])
-            end = s.placement.end
-    return clusters
+    return _clusters(sorted(slots, key=lambda s: s.placement.start), lambda s: s.placement)
 
 
 def compose_with_interactions(

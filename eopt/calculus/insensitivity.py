@@ -30,6 +30,7 @@ from eopt.calculus.contextual import ContextualSignature
 from eopt.calculus.interactions import EntryEdge, RuntimeEdge
 from eopt.calculus.signature import Signature
 from eopt.calculus.uncertainty import (
+    _OPERATOR_ALIASES,
     DEFAULT_CONFIDENCE,
     BiasBound,
     InsensitivityResult,
@@ -150,7 +151,7 @@ def pair_insensitivity(
         ValueError: an unknown operator, or an element without null-context values.
     """
     m1, m2 = reduction_multipliers(op, starts_at_null)
-    kind = {"⊗": "seq", "⊕": "par", "⊕multi": "par_multi"}.get(op, op)
+    kind = _OPERATOR_ALIASES[op]  # a known operator: reduction_multipliers checked it
     ref1, ref2 = null_point(first), null_point(second)
     reasons: list[str] = []
     edges: list[EntryEdge | RuntimeEdge] = []

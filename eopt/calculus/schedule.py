@@ -21,10 +21,10 @@ from __future__ import annotations
 import itertools
 import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -129,16 +129,25 @@ def _gap_power(device: str, idle_power: IdlePower, neighbour: Signature) -> floa
     return float(idle_power)
 
 
-def _clusters(placed: list[Placement]) -> list[list[Placement]]:
-    """Group a device's placements (sorted by start) into chain-overlapping clusters."""
-    clusters: list[list[Placement]] = []
+_T = TypeVar("_T")
+
+
+def _clusters(placed: Sequence[_T], placement: Callable[[_T], Placement]) -> list[list[_T]]:
+    """Group a device's items (sorted by start) into chain-overlapping clusters.
+
+    Args:
+        placed: The items, in start order.
+        placement: Each item's placement.
+    """
+    clusters: list[list[_T]] = []
     cluster_end = -math.inf
-    for p in placed:
+    for item in placed:
+        p = placement(item)
         if clusters and p.start < cluster_end - _TIME_EPS_S:
-            clusters[-1].append(p)
+            clusters[-1].append(item)
             cluster_end = max(cluster_end, p.end)
         else:
-            clusters.append([p])
+            clusters.append([item])
             cluster_end = p.end
     return clusters
 
@@ -182,7 +191,9 @@ def device_timelines(
     for p in items:
         by_device.setdefault(p.device, []).append(p)
     # Stable sort: co-starting elements keep the order they were given in.
-    return {d: _clusters(sorted(ps, key=lambda p: p.start)) for d, ps in by_device.items()}
+    return {
+        d: _clusters(sorted(ps, key=lambda p: p.start), lambda p: p) for d, ps in by_device.items()
+    }
 
 
 def _device_parts(placements: Iterable[Any], idle_power: IdlePower) -> dict[str, list[Signature]]:
@@ -527,11 +538,14 @@ def _solved_schedule(
     schedule = Schedule.from_dict(data, at.file, error=PlacementsError)
     if not schedule.elements:
         (at / "elements").fail("expected a non-empty list of elements")
-    sigs = list(library)
+    by_name: dict[str, list[Signature]] = {}  # one pass over the library, not one per element
+    for s in library:
+        by_name.setdefault(s.name, []).append(s)
     placements: list[Placement] = []
     for i, element in enumerate(schedule.elements):
-        where = replace(at / "elements" / i, path=f"{(at / 'elements' / i).path} ({element.name})")
-        named = [s for s in sigs if s.name == element.type]
+        item = at / "elements" / i
+        where = replace(item, path=f"{item.path} ({element.name})")
+        named = by_name.get(element.type, [])
         found = [s for s in named if s.impl == element.impl and s.op_point == element.op_point]
         # Context-independent values first: characterized ones enter through a graph.
         found.sort(key=lambda s: s.context is not None)

@@ -53,7 +53,7 @@ import numpy as np
 from scipy.special import ndtr, ndtri
 
 from eopt.calculus.library import Library
-from eopt.calculus.operators import max_moments
+from eopt.calculus.operators import clark_max
 from eopt.plan.budget import TimeBudget
 from eopt.plan.planfile import Plan, PlanError
 from eopt.plan.problem import PlanProblem, build_problem
@@ -247,7 +247,7 @@ def _merge(
     # max = W + max(U_1, U_2), exact for shared = covariance (the usual case; an
     # operand varying less than its common part with the other is clamped).
     shared = min(covariance, v1, v2)
-    mean, var = max_moments([m1, m2], [v1 - shared, v2 - shared])
+    mean, var = clark_max(m1, v1 - shared, m2, v2 - shared)
     weight = float(ndtr((m1 - m2) / math.sqrt(theta2)))
     c1, c2 = _same_size(c1, c2)
     return mean, var + shared, weight * c1 + (1.0 - weight) * c2
@@ -602,8 +602,15 @@ def solve_with_confidence(
     )
     mean_modes = _modes_of(target, mean_schedule)
 
+    # A plan is checked on several sample sets (screen, confirmation, final): its DAG
+    # is built once.
+    dags: dict[tuple[tuple[str, int], ...], TimedDag] = {}
+
     def check(modes: Mapping[str, int], at_seed: int = seed, runs: int = samples) -> OnTime:
-        return on_time(timed_dag(target, modes), bound, runs, at_seed, levels=(confidence,))
+        key = tuple(sorted(modes.items()))
+        if key not in dags:
+            dags[key] = timed_dag(target, modes)
+        return on_time(dags[key], bound, runs, at_seed, levels=(confidence,))
 
     def passes(result: OnTime) -> bool:
         return result.monte_carlo - ACCEPT_Z * result.stderr >= confidence
@@ -626,7 +633,6 @@ def solve_with_confidence(
         chosen_at, chosen_modes, chosen_sol = bound, mean_modes, None
     else:
         t_fast = float(fastest_makespan(target.problem))
-        best: _Candidate | None = None
         tried: list[_Candidate] = []
 
         def attempt(at: float) -> _Candidate:

@@ -18,7 +18,7 @@ from eopt.calculus.units import format_percent
 from eopt.plan.budget import SolveTimeLimitError, TimeBudget
 from eopt.plan.planfile import Plan, PlanError
 from eopt.plan.problem import PlanProblem, build_problem
-from eopt.plan.schedule import DeviceInfo, Schedule, ScheduledElement
+from eopt.plan.schedule import Schedule, ScheduledElement
 
 if TYPE_CHECKING:
     from solvers.stopping import StopRule
@@ -425,10 +425,7 @@ def schedule_from_solution(pp: PlanProblem, sol: Any, base: Baseline | None = No
     lower = _finite(sol.lower_bound)
     return Schedule(
         elements=tuple(elements),
-        devices=tuple(
-            DeviceInfo(d.name, d.idle_power_w, d.gpu, d.transition_time_s, d.transition_energy_j)
-            for d in pp.plan.devices
-        ),
+        devices=tuple(pp.plan.devices),  # a schedule's device is its plan's (PlanDevice)
         makespan=float(sol.makespan),
         energy=float(sol.energy),
         energy_std=math.sqrt(max(0.0, float(sol.var_energy))),
