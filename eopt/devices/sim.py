@@ -46,7 +46,7 @@ import numpy as np
 
 from eopt.devices.base import DeviceError, MeasureOnlyError, PowerReading
 from eopt.devices.operating_point import OperatingPoint
-from eopt.devices.sim_kernels import get_kernel
+from eopt.devices.sim_kernels import SimKernel, get_kernel
 from eopt.devices.sim_mechanisms import (
     CoRunKernel,
     MechanismParams,
@@ -340,8 +340,8 @@ class _Active:
     clock_time: float = 0.0
     throttled: bool = False
 
-    def record(self, now: float | None = None) -> KernelRecord:
-        if now is None:  # finished: its own span
+    def record(self, running: bool = False) -> KernelRecord:
+        if not running:  # finished: its own span
             duration = self.busy_s
             power = self.power_time_j / duration if duration > 0 else self.power_ref_w
             clock = self.clock_time / duration if duration > 0 else self.clock_mhz
@@ -457,11 +457,10 @@ class SimulatedGPU:
         self._seq = itertools.count()
         self._queues: dict[str, deque[_Pending]] = {}
         self._active: dict[str, _Active] = {}
-        self._finished: list[tuple[int, KernelRecord]] = []  # in the order they ended
         self._finished_by_seq: dict[int, KernelRecord] = {}
-        self._finished_in_order = True  # ended in launch order (no sort needed)
         self._run_cache: dict[tuple[Any, ...], KernelRun] = {}
-        self._demand_cache: dict[tuple[Any, ...], KernelDemand] = {}
+        # θ key → (demand, memory efficiency): both fixed by kernel, impl and θ.
+        self._demand_cache: dict[tuple[Any, ...], tuple[KernelDemand, float]] = {}
         # Device-wide rates of the current regime: lone kernel, co-run, or idle.
         self._mode = "idle"
         self._lone_base_w = 0.0
@@ -644,10 +643,8 @@ class SimulatedGPU:
     def kernel_records(self) -> list[KernelRecord]:
         """Every kernel invocation started so far, in launch order (running ones with
         their predicted duration)."""
-        records = list(self._finished)
-        records += [(a.job.seq, a.record(self._t)) for a in self._active.values()]
-        if self._finished_in_order and len(self._active) <= 1:
-            return [r for _, r in records]
+        records = list(self._finished_by_seq.items())
+        records += [(a.job.seq, a.record(running=True)) for a in self._active.values()]
         return [r for _, r in sorted(records, key=lambda item: item[0])]
 
     def static_power_w(self) -> float:
@@ -718,10 +715,7 @@ class SimulatedGPU:
         writes: Sequence[str],
         sm_share: float | None,
     ) -> int:
-        spec = get_kernel(kernel)
-        impl_name = spec.implementation(impl).name
-        theta = spec.workload(workload)
-        demand = self.kernel_demand(spec.name, impl_name, theta)
+        spec, impl_name, demand, memory_eff = self._lookup(kernel, impl, workload)
         if sm_share is not None and not (
             isinstance(sm_share, (int, float)) and 0.0 < sm_share <= 1.0
         ):
@@ -745,7 +739,7 @@ class SimulatedGPU:
             reads=tuple(reads),
             writes=tuple(writes),
             sm_share=None if sm_share is None else float(sm_share),
-            memory_eff=spec.memory_efficiency(impl_name, theta),
+            memory_eff=memory_eff,
             over_link=spec.over_link,
         )
         self._queues.setdefault(key, deque()).append(job)
@@ -763,15 +757,24 @@ class SimulatedGPU:
                 workload whose invocation would run longer than the simulator allows
                 (:data:`eopt.devices.sim_kernels.MAX_INVOCATION_S` at the lowest clock).
         """
+        return self._lookup(kernel, impl, workload)[2]
+
+    def _lookup(
+        self, kernel: str, impl: str | None, workload: Mapping[str, Any] | None
+    ) -> tuple[SimKernel, str, KernelDemand, float]:
+        """The kernel's spec, implementation name, demand and memory efficiency (cached)."""
         spec = get_kernel(kernel)
         impl_name = spec.implementation(impl).name
         theta = spec.workload(workload)
         key = (spec.name, impl_name, tuple(sorted(theta.items())))
-        demand = self._demand_cache.get(key)
-        if demand is None:
-            demand = spec.demand(self.profile, impl_name, theta)
-            self._demand_cache[key] = demand
-        return demand
+        cached = self._demand_cache.get(key)
+        if cached is None:
+            cached = (
+                spec.demand(self.profile, impl_name, theta),
+                spec.memory_efficiency(impl_name, theta),
+            )
+            self._demand_cache[key] = cached
+        return (spec, impl_name, *cached)
 
     def launch(
         self,
@@ -905,11 +908,7 @@ class SimulatedGPU:
         self._account(active, now)
         active.busy_s = now - active.start_s  # exact span, not the sum of slices
         del self._active[key]
-        record = active.record()
-        if self._finished and self._finished[-1][0] > active.job.seq:
-            self._finished_in_order = False
-        self._finished.append((active.job.seq, record))
-        self._finished_by_seq[active.job.seq] = record
+        self._finished_by_seq[active.job.seq] = active.record()
         if not self._active:
             self._idle_since_s = now
         if self.mechanisms.cache:
@@ -1014,7 +1013,9 @@ class SimulatedGPU:
             self._run_cache[key] = run
         return run
 
-    def _co_kernels(self) -> list[tuple[_Active, KernelRun, CoRunKernel]]:
+    def _co_kernels(
+        self, collectives_only: bool = False
+    ) -> list[tuple[_Active, KernelRun, CoRunKernel]]:
         f_set = self._sm_clock_set_mhz()
         limit = self._limit_now_w()
         out = []
@@ -1022,8 +1023,10 @@ class SimulatedGPU:
             self.profile.link_bandwidth_bytes_per_s / self.profile.memory_bandwidth_bytes_per_s
         )
         for active in self._active.values():
-            run = self._iso_run(active, f_set, limit)
             job, d = active.job, active.demand
+            if collectives_only and not job.over_link:
+                continue
+            run = self._iso_run(active, f_set, limit)
             out.append(
                 (
                     active,
@@ -1049,7 +1052,11 @@ class SimulatedGPU:
     def _link_demands(self) -> list[float]:
         """Per running collective, the share of one link it demands alone."""
         f_max = self.profile.max_sm_clock_mhz
-        return [link_demand(k, f_max) for _, _, k in self._co_kernels() if k.link_fraction > 0]
+        return [
+            link_demand(k, f_max)
+            for _, _, k in self._co_kernels(collectives_only=True)
+            if k.link_fraction > 0
+        ]
 
     def _account(self, active: _Active, now: float) -> None:
         dt = now - active.t_regime

@@ -13,7 +13,6 @@ GPU of their own (``eopt sim fit LIB.jsonl``).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -217,8 +216,9 @@ class SimFit:
         missing = sorted(set(table.kernels) - set(self.demands))
         if missing:
             raise SimFitError(f"{table.source}: no fitted demand for kernel(s) {missing}")
-        fields_ = ("compute_s", "memory_s", "activity", "mem_activity", "launch_s")
-        per = {f: np.array([getattr(self.demands[k], f) for k in table.kernel]) for f in fields_}
+        per = {
+            f: np.array([getattr(self.demands[k], f) for k in table.kernel]) for f in _PER_KERNEL
+        }
         overlap = float(next(iter(self.demands.values())).overlap_p)
         return _evaluate(self.physics, per, overlap, table, _Setting.of_fit(self))
 
@@ -417,18 +417,12 @@ def fit_sim(
     n_res = 2 * n_rows + int(has_static.sum())
     sparsity = lil_matrix((n_res, len(x0)), dtype=int)
     sparsity[:, : len(names)] = 1
-    static_rows = np.flatnonzero(has_static)
-    for r in range(n_rows):
-        cols = slice(
-            len(names) + kernel_index[r] * per_n, len(names) + (kernel_index[r] + 1) * per_n
-        )
+    row_cols = [slice(len(names) + j * per_n, len(names) + (j + 1) * per_n) for j in kernel_index]
+    for r, cols in enumerate(row_cols):
         sparsity[r, cols] = 1
         sparsity[n_rows + r, cols] = 1
-    for i, r in enumerate(static_rows):
-        cols = slice(
-            len(names) + kernel_index[r] * per_n, len(names) + (kernel_index[r] + 1) * per_n
-        )
-        sparsity[2 * n_rows + i, cols] = 1  # through the steady temperature
+    for i, r in enumerate(np.flatnonzero(has_static)):
+        sparsity[2 * n_rows + i, row_cols[r]] = 1  # through the steady temperature
     result = least_squares(
         residuals,
         np.array(x0),
@@ -787,8 +781,3 @@ def profile_document(
 
 def _round(value: float, digits: int = 6) -> float:
     return float(f"{float(value):.{digits - 1}e}")
-
-
-def dumps_profile(doc: Mapping[str, Any]) -> str:
-    """A profile document as JSON text."""
-    return json.dumps(doc, indent=2, sort_keys=False) + "\n"

@@ -317,6 +317,7 @@ def model_time_s(
 
 def _stretches(
     kernels: Sequence[CoRunKernel],
+    alone: Sequence[float],
     f_max_mhz: float,
     contention: bool,
     link_stretch: Sequence[float],
@@ -324,7 +325,6 @@ def _stretches(
     n = len(kernels)
     if not contention:
         return [1.0] * n, [max(1.0, s) for s in link_stretch]
-    alone = [model_time_s(k, k.iso_clock_mhz, f_max_mhz, 1.0, 1.0) for k in kernels]
     need = [
         max(k.compute_s * f_max_mhz / k.iso_clock_mhz / t, k.sm_floor)
         for k, t in zip(kernels, alone, strict=True)
@@ -405,8 +405,8 @@ def co_run(
     if not kernels:
         raise ValueError("co_run needs at least one kernel")
     outside = list(link_stretch) if link_stretch is not None else [1.0] * len(kernels)
-    compute, memory = _stretches(kernels, f_max_mhz, contention, outside)
     alone = [model_time_s(k, k.iso_clock_mhz, f_max_mhz, 1.0, 1.0) for k in kernels]
+    compute, memory = _stretches(kernels, alone, f_max_mhz, contention, outside)
 
     def evaluate(cap_mhz: float) -> tuple[list[float], list[float], float]:
         clocks = [min(k.iso_clock_mhz, cap_mhz) for k in kernels]

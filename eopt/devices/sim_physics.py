@@ -197,6 +197,11 @@ def static_power_w(phys: GpuPhysics, f_mhz: Any, f_max_mhz: float, temp_c: Any) 
     """The ready device's power with clocks at ``f_mhz`` and no kernel running, in W."""
     v = voltage_rel(phys, f_mhz, f_max_mhz)
     f_rel = np.asarray(f_mhz, dtype=float) / f_max_mhz
+    return _static_w(phys, v, f_rel, temp_c)
+
+
+def _static_w(phys: GpuPhysics, v: Any, f_rel: Any, temp_c: Any) -> Any:
+    # Split out so the throttling bisection reuses the voltage it already has.
     return (
         phys.p_const_w
         + phys.p_clock_w * v**2 * f_rel
@@ -231,7 +236,7 @@ def _slice_power_w(
     f_rel = np.asarray(f_mhz, dtype=float) / f_max_mhz
     dynamic = phys.p_core_w * activity * u_c * v**2 * f_rel
     memory = phys.p_mem_w * demand.mem_activity * u_m * mem_rel
-    return static_power_w(phys, f_mhz, f_max_mhz, temp_c) + dynamic + memory
+    return _static_w(phys, v, f_rel, temp_c) + dynamic + memory
 
 
 def _slice_activities(phys: GpuPhysics, activity: float) -> np.ndarray:
