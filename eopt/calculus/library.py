@@ -18,7 +18,14 @@ from eopt.fileformats import (
     refuse_other_kind,
 )
 
-__all__ = ["Library", "LibraryError", "append_signature", "read_library", "write_library"]
+__all__ = [
+    "Library",
+    "LibraryError",
+    "append_signature",
+    "read_library",
+    "read_library_lines",
+    "write_library",
+]
 
 
 class LibraryError(FileFormatError):
@@ -67,9 +74,18 @@ def read_library(path: str | os.PathLike[str]) -> list[Signature]:
         LibraryError: on the first bad line, naming ``file:line``, the field and the
             reason.
     """
+    return [sig for _, sig in read_library_lines(path)]
+
+
+def read_library_lines(path: str | os.PathLike[str]) -> list[tuple[int, Signature]]:
+    """:func:`read_library`, each signature with the line it stands on (1-based).
+
+    Raises:
+        LibraryError: as :func:`read_library`.
+    """
     p = Path(path)
     try:
-        return [sig for _, sig in _iter_lines(p)]
+        return list(_iter_lines(p))
     except LibraryError:
         refuse_other_kind(p, ("library",), Where(str(p), error=LibraryError))
         raise

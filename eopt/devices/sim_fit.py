@@ -692,26 +692,20 @@ def read_library_table(path: str | os.PathLike[str]) -> tuple[MeasuredTable, str
             read (see :func:`eopt.calculus.library.read_library`), is empty, or holds a
             signature without an SM clock or power limit.
     """
-    from eopt.calculus.library import read_library
+    from eopt.calculus.library import read_library_lines
 
     p = Path(path)
     try:
-        signatures = read_library(p)
+        numbered = read_library_lines(p)
     except ValueError as exc:  # LibraryError: already names file, line and field
         raise SimFitError(str(exc)) from None
-    if not signatures:
+    if not numbered:
         raise SimFitError(
             f"{p}: no signatures; measure some first, e.g. `eopt sweep KERNEL --clocks all -o {p}`"
         )
-    text = p.read_text(encoding="utf-8-sig", errors="replace").splitlines()
-    lines = [
-        i
-        for i, line in enumerate(text, start=1)
-        if line.strip() and not line.strip().startswith("#")
-    ]
     rows: list[dict[str, Any]] = []
     models: list[str] = []
-    for lineno, sig in zip(lines, signatures, strict=False):
+    for lineno, sig in numbered:
         op = sig.op_point
         if op.sm_clock_mhz is None and op.power_limit_w is None:
             raise SimFitError(
