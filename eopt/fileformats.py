@@ -459,6 +459,18 @@ def parse_json(text: str, where: Where) -> Any:
 _SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+def _flow_depth(text: str) -> int:
+    """The deepest nesting of ``[`` and ``{`` in text (quotes not parsed: an upper bound)."""
+    depth = deepest = 0
+    for char in text:
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
 def parse_yaml(text: str, where: Where, *, language: str = "YAML") -> Any:
     """Parse YAML (or JSON) text safely, refusing non-finite numbers anywhere.
 
@@ -472,6 +484,9 @@ def parse_yaml(text: str, where: Where, *, language: str = "YAML") -> Any:
         # several times faster (an 8000-element plan: seconds).
         data = yaml.load(text, Loader=_SAFE_LOADER)
     except yaml.YAMLError as exc:
+        if _flow_depth(text) > MAX_NESTING:
+            # libyaml refuses deep flow nesting itself, in words that vary by version.
+            where.fail(f"not valid {language} for eopt (lists or mappings nested too deeply)")
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         line = mark.line + 1 if mark is not None else None
