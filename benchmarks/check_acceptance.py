@@ -34,9 +34,9 @@ from pathlib import Path
 import numpy as np
 
 from eopt.calculus.schedule import Placement
-from eopt.calculus.signature import Signature
 from eopt.check.runner import Job, SimElement, SimRunner
 from eopt.check.workflow import CheckResult, characterize_element, check_schedule
+from eopt.model.signature import Signature
 
 RESULTS = Path(__file__).resolve().parent / "results"
 RUNS = 30

@@ -39,13 +39,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import _common as common
 import numpy as np
 
-from eopt.calculus.library import Library
-from eopt.calculus.signature import Signature
-from eopt.devices.operating_point import OperatingPoint
+from eopt.model.library import Library
+from eopt.model.operating_point import OperatingPoint
+from eopt.model.planfile import Plan, PlanDevice, PlanElement
+from eopt.model.signature import Signature
 from eopt.plan.confidence import on_time, solve_with_confidence, timed_dag
 from eopt.plan.perseus import read_perseus_profile
 from eopt.plan.pipeline import pipeline_plan
-from eopt.plan.planfile import Plan, PlanDevice, PlanElement
 from eopt.plan.problem import build_problem
 
 CONFIDENCES = (0.9, 0.95, 0.99)

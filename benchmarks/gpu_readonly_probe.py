@@ -58,9 +58,9 @@ if str(REPO_DIR) not in sys.path:
     sys.path.insert(0, str(REPO_DIR))  # run from a checkout without installing eopt
 
 from eopt.devices.base import PowerReading  # noqa: E402
-from eopt.devices.operating_point import OperatingPoint  # noqa: E402
 from eopt.measure.meter import Meter, WindowEnergy  # noqa: E402
 from eopt.measure.sensor_period import estimate_power_update_period  # noqa: E402
+from eopt.model.operating_point import OperatingPoint  # noqa: E402
 
 SCHEMA = "eopt.gpu-probe/1"
 PERIOD_POLL_S = 0.001
@@ -531,7 +531,7 @@ def summarize_regions(rows: list[dict[str, Any]], fields: Sequence[str]) -> list
 def open_gpu(sim: bool, index: int, guard: SetterGuard) -> tuple[Any, Any, Load]:
     """The guarded, measure-only device, the pynvml module (None on the sim) and a load."""
     if sim:
-        from eopt.devices.sim import SimulatedGPU
+        from eopt.sim.gpu import SimulatedGPU
 
         gpu = SimulatedGPU("H200-SXM-141GB", index=index, seed=0, control=False)
         load: Load = SimLoad(gpu)

@@ -18,8 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from eopt.measure.compare import compare_runs
-from eopt.measure.variants import load_variant
+from eopt.runs.compare import compare_runs
+from eopt.runs.variants import load_variant
 
 REPO = Path(__file__).resolve().parent.parent
 REGION = "DBSCANCalculation"

@@ -20,7 +20,7 @@ import os
 import time
 from pathlib import Path
 
-from eopt.calculus.library import Library
+from eopt.model.library import Library
 from eopt.plan.perseus import read_perseus_profile
 from eopt.plan.pipeline import pipeline_plan
 from eopt.plan.solve import solve_plan

@@ -27,8 +27,8 @@ from unittest import mock
 
 import pynvml as real_pynvml
 
-from eopt.devices.sim import SimulatedGPU
 from eopt.measure.meter import Meter
+from eopt.sim.gpu import SimulatedGPU
 
 TARGET = 0.01  # of one core, at 20 ms
 

@@ -51,8 +51,8 @@ from pathlib import Path
 
 import numpy as np
 
-from eopt.devices.sim import SimulatedGPU
-from eopt.measure.runset import phase_delay_s
+from eopt.runs.runset import phase_delay_s
+from eopt.sim.gpu import SimulatedGPU
 
 GEMM_SIDE = 16384  # m = n; k sets the burst's length
 LEAD_S = 0.4  # idle before each region (the baseline is read here)

@@ -16,7 +16,7 @@ measured P_block = 83.64 W.
 Targets: |time error| ≤ 3 % and |energy error| ≤ 5 % at every clock of every curve.
 
 Part 2 (per GPU, ``--gpus``). One profile per GPU model the shared data cover, fitted with
-:func:`eopt.devices.sim_fit.fit_sim` (shared voltage curve, static power, the memory
+:func:`eopt.sim.fit.fit_sim` (shared voltage curve, static power, the memory
 side's share of the SM clock, throttling spread for power-limit sweeps; a demand per
 kernel) to ``dvfs/unified_modes.csv`` (the derived one-row-per-mode table; see the data
 README), and judged on held-out clocks (or power limits): every third interior setting
@@ -56,16 +56,16 @@ import numpy as np
 import yaml
 from scipy.optimize import least_squares
 
-from eopt.devices.sim_fit import (
+from eopt.sim.fit import (
     MeasuredTable,
     SimFit,
     fit_sim,
     holdout_error,
     summary_metrics,
 )
-from eopt.devices.sim_kernels import get_kernel
-from eopt.devices.sim_physics import GpuPhysics, KernelDemand, static_power_w, steady_state_run
-from eopt.devices.sim_profiles import GpuProfile, load_profile
+from eopt.sim.kernels import get_kernel
+from eopt.sim.physics import GpuPhysics, KernelDemand, static_power_w, steady_state_run
+from eopt.sim.profiles import GpuProfile, load_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 # The project's shared data sit beside the checkout (../shared/data); EOPT_DATA_DIR overrides.
@@ -287,7 +287,7 @@ def write(phys: GpuPhysics, kernels: dict) -> None:
     (PROFILES / "perseus-stages.yaml").write_text(
         header + yaml.safe_dump(payload, sort_keys=False), encoding="utf-8"
     )
-    print(f"wrote {path.relative_to(ROOT)} and eopt/devices/profiles/perseus-stages.yaml")
+    print(f"wrote {path.relative_to(ROOT)} and eopt/sim/data/perseus-stages.yaml")
 
 
 # ---------------------------------------------------------------------------------------
@@ -300,7 +300,7 @@ class GpuData:
     """Where one model's measurements come from in ``dvfs/unified_modes.csv``.
 
     Attributes:
-        model: Profile name (``eopt/devices/profiles/<model>.yaml``).
+        model: Profile name (``eopt/sim/data/<model>.yaml``).
         source: ``source`` column value.
         gpu: ``gpu`` column value.
         label: Short data-set name for the table.

@@ -34,9 +34,9 @@ IDLE_W = 83.64
 
 def write_chain(folder: Path, elements: int) -> Path:
     """The chain plan (YAML, as `eopt plan` writes plans) and its library; returns the plan."""
-    from eopt.calculus.library import write_library
+    from eopt.model.library import write_library
+    from eopt.model.planfile import Plan, PlanDevice, PlanElement, write_plan
     from eopt.plan.perseus import read_perseus_profile
-    from eopt.plan.planfile import Plan, PlanDevice, PlanElement, write_plan
 
     types = ("stage0.forward", "stage0.backward")
     sigs = [s for s in read_perseus_profile(PROFILE, IDLE_W) if s.name in types]
@@ -83,7 +83,7 @@ def run_cli(plan: Path, limit: float) -> dict[str, object]:
 
 def fixed_costs(plan_path: Path) -> list[tuple[str, float]]:
     """Seconds of each stage that runs before any solver can stop on its own."""
-    from eopt.plan.planfile import read_plan
+    from eopt.model.planfile import read_plan
     from eopt.plan.problem import build_problem
     from solvers.indexed import indexed
     from solvers.lp import HullLP

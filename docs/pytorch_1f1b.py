@@ -22,8 +22,8 @@ import torch
 import torch.distributed as dist
 
 from eopt.apply import RuntimeController
+from eopt.model.schedule import read_schedule
 from eopt.plan.pipeline import stage_steps
-from eopt.plan.schedule import read_schedule
 
 WIDTH, BATCH = 32, 8  # each stage: one Linear + ReLU of WIDTH features; BATCH rows a microbatch
 

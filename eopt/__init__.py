@@ -14,18 +14,18 @@ import importlib
 from typing import Any
 
 from eopt.calculus.operators import idle, par, par_multi, seq
-from eopt.calculus.signature import Signature
-from eopt.devices.operating_point import OperatingPoint
+from eopt.model.operating_point import OperatingPoint
+from eopt.model.signature import Signature
 
 __version__ = "0.1.0"
 
 # Heavier parts load on first use, so `import eopt` stays fast.
 _LAZY = {
     "compose_schedule": "eopt.calculus.schedule",
-    "Library": "eopt.calculus.library",
-    "read_library": "eopt.calculus.library",
-    "write_library": "eopt.calculus.library",
-    "Frontier": "eopt.frontier",
+    "Library": "eopt.model.library",
+    "read_library": "eopt.model.library",
+    "write_library": "eopt.model.library",
+    "Frontier": "eopt.calculus.frontier",
 }
 
 __all__ = [

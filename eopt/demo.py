@@ -2,7 +2,7 @@
 
 1. **Characterize**: sweep simulated pipeline-stage kernels (transformer forward and
    backward, two implementations each) and a gradient all-reduce over a grid of SM
-   clocks with ``eopt.sweep`` (static power, repeats, statistics) → a signature
+   clocks with ``eopt.runs.sweep`` (static power, repeats, statistics) → a signature
    library. Stages 0…S−2 run the same layers, so one representative stage is measured for
    them (as in the Perseus profiles); the last stage, with the LM head, is measured on
    its own.
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eopt.calculus.library import write_library
-from eopt.calculus.signature import Signature
+from eopt.model.library import write_library
+from eopt.model.signature import Signature
 from eopt.plan.solve import Savings, savings
 
 __all__ = ["DemoResult", "demo_clocks", "run_demo"]
@@ -183,14 +183,14 @@ def run_demo(
 
     # 2. Plan --------------------------------------------------------------------------
     plan = _pipeline_with_allreduce(stages, microbatches, idle_power_w, files["library"])
-    from eopt.plan.planfile import write_plan
+    from eopt.model.planfile import write_plan
 
     write_plan(files["plan"], plan)
 
     # 3. Solve -------------------------------------------------------------------------
-    from eopt.calculus.library import Library
+    from eopt.model.library import Library
+    from eopt.model.schedule import write_schedule
     from eopt.plan.problem import build_problem
-    from eopt.plan.schedule import write_schedule
     from eopt.plan.solve import plan_frontier, resolve_deadline, solve_plan
 
     library = Library(signatures)
@@ -255,11 +255,11 @@ def run_demo(
 def _characterize(
     gpu: Any, grid: Sequence[float], stages: int, seed: int, sweep_path: Path, report: Progress
 ) -> tuple[list[Signature], float]:
-    """Sweep every (kernel, κ, ω) cell with ``eopt.sweep``; returns the library (named
+    """Sweep every (kernel, κ, ω) cell with ``eopt.runs.sweep``; returns the library (named
     after the plan's element types) and the idle power s̄ (W)."""
     from eopt.measure.meter import Meter
-    from eopt.measure.repeat import RepeatPolicy, measure_static_power
-    from eopt.sweep import Grid, parse_kernel, sweep
+    from eopt.runs.repeat import RepeatPolicy, measure_static_power
+    from eopt.runs.sweep import Grid, parse_kernel, sweep
 
     # Short windows keep the demo fast: the simulated GPU has an energy counter (mJ), so
     # a window need not span ten power-sensor periods. Statistics still use ≥ 5 windows.
@@ -323,8 +323,8 @@ def _pipeline_with_allreduce(
     stages: int, microbatches: int, idle_power_w: float, library_path: Path
 ) -> Any:
     """The 1F1B plan, each stage ending with a gradient all-reduce after its last backward."""
+    from eopt.model.planfile import PlanElement
     from eopt.plan.pipeline import pipeline_plan
-    from eopt.plan.planfile import PlanElement
 
     plan = pipeline_plan(
         stages,
@@ -345,7 +345,7 @@ def _pipeline_with_allreduce(
 
 
 def _write_frontier(path: Path, points: Sequence[Any]) -> None:
-    from eopt.frontier_table import write_frontier_csv
+    from eopt.model.frontier_table import write_frontier_csv
 
     write_frontier_csv(path, [p.to_row() for p in points])  # `eopt solve --frontier`'s layout
 

@@ -45,8 +45,8 @@ from eopt.apply.settings import (
 )
 from eopt.devices.base import Device
 from eopt.devices.guard import ControlEndedError, changing
-from eopt.devices.operating_point import OperatingPoint
-from eopt.plan.schedule import Schedule, ScheduledElement
+from eopt.model.operating_point import OperatingPoint
+from eopt.model.schedule import Schedule, ScheduledElement
 
 __all__ = ["RuntimeController"]
 
@@ -283,7 +283,7 @@ class RuntimeController:
             DeviceError: NVML asked for and unavailable.
         """
         from eopt.devices import open_devices
-        from eopt.devices.sim import SimulatedGPU
+        from eopt.sim.gpu import SimulatedGPU
 
         names = [d.name for d in schedule.devices]
         wanted = list(only) if only is not None else names

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from eopt.plan.schedule import Schedule
+from eopt.model.schedule import Schedule
 
 __all__ = ["DeviceDrift", "DriftReport", "DriftTracker", "PlanDriftWarning"]
 

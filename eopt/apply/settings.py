@@ -1,6 +1,6 @@
 """What a schedule asks of each GPU: device-wide settings, their NVML calls, their checks.
 
-Pure functions over a :class:`~eopt.plan.schedule.Schedule` and the capability queries
+Pure functions over a :class:`~eopt.model.schedule.Schedule` and the capability queries
 of :class:`~eopt.devices.base.Device`; nothing here changes hardware.
 """
 
@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from eopt.devices.base import Device
-from eopt.devices.operating_point import OperatingPoint
-from eopt.plan.schedule import Schedule
+from eopt.model.operating_point import OperatingPoint
+from eopt.model.schedule import Schedule
 
 __all__ = [
     "ApplyError",

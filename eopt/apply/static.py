@@ -24,7 +24,7 @@ from eopt.apply.settings import (
     resolve_gpu_map,
 )
 from eopt.devices.base import Device
-from eopt.plan.schedule import Schedule
+from eopt.model.schedule import Schedule
 
 __all__ = [
     "ApplyPlan",

@@ -1,6 +1,5 @@
 """Energy calculus: signatures, operators, schedules, uncertainty and contexts."""
 
-from eopt.calculus.context import Context, EntryContext, RuntimeContext
 from eopt.calculus.contextual import ContextOutsideError, ContextualSignature, ContextWarning
 from eopt.calculus.contextual_schedule import ContextualComposition, compose_with_interactions
 from eopt.calculus.deviation import DeviationReport, MeanEstimate, Runs, deviation_report
@@ -19,16 +18,8 @@ from eopt.calculus.interactions import (
     read_interactions,
     write_interactions,
 )
-from eopt.calculus.library import (
-    Library,
-    LibraryError,
-    append_signature,
-    read_library,
-    write_library,
-)
 from eopt.calculus.operators import CompositionError, idle, max_moments, par, par_multi, seq
 from eopt.calculus.schedule import Placement, compose_schedule, read_placements
-from eopt.calculus.signature import Signature, SignatureError
 from eopt.calculus.uncertainty import (
     Interval,
     c_alpha,
@@ -36,6 +27,15 @@ from eopt.calculus.uncertainty import (
     deviation_test,
     prediction_interval,
 )
+from eopt.model.context import Context, EntryContext, RuntimeContext
+from eopt.model.library import (
+    Library,
+    LibraryError,
+    append_signature,
+    read_library,
+    write_library,
+)
+from eopt.model.signature import Signature, SignatureError
 
 __all__ = [
     "CompositionError",

@@ -24,9 +24,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from eopt.calculus.context import ISOLATED, NULL_ENTRY, Context, EntryContext, RuntimeContext
-from eopt.calculus.signature import Signature
-from eopt.devices.operating_point import OperatingPoint
+from eopt.model.context import ISOLATED, NULL_ENTRY, Context, EntryContext, RuntimeContext
+from eopt.model.operating_point import OperatingPoint
+from eopt.model.signature import Signature
 
 __all__ = [
     "ContextOutsideError",

@@ -26,7 +26,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from eopt.calculus.context import EntryContext, RuntimeContext
 from eopt.calculus.contextual import (
     OFFSET_TOL_S,
     ContextOutsideError,
@@ -44,8 +43,9 @@ from eopt.calculus.schedule import (
     compose_schedule,
     device_timelines,
 )
-from eopt.calculus.signature import Signature
 from eopt.calculus.uncertainty import DEFAULT_CONFIDENCE, BiasBound, accumulated_bias
+from eopt.model.context import EntryContext, RuntimeContext
+from eopt.model.signature import Signature
 
 __all__ = ["ContextualComposition", "Substitution", "compose_with_interactions"]
 

@@ -31,8 +31,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from eopt.calculus.signature import Signature
 from eopt.calculus.uncertainty import DEFAULT_CONFIDENCE
+from eopt.model.signature import Signature
 
 __all__ = [
     "DEFAULT_POWER",

@@ -36,11 +36,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from eopt.calculus.library import Library
 from eopt.calculus.operators import CompositionError, idle, par, par_multi, seq
-from eopt.calculus.signature import Signature
 from eopt.calculus.uncertainty import DEFAULT_CONFIDENCE, BiasBound, accumulated_bias
-from eopt.calculus.units import parse_power_w, parse_time_s
+from eopt.model.library import Library
+from eopt.model.signature import Signature
+from eopt.model.units import parse_power_w, parse_time_s
 
 __all__ = [
     "Expr",
@@ -454,7 +454,7 @@ def resolve_element(ref: str, library: Iterable[Signature], device: str | None =
 
     Args:
         ref: Element name with an optional selector.
-        library: A :class:`~eopt.calculus.library.Library` or signatures.
+        library: A :class:`~eopt.model.library.Library` or signatures.
         device: When several signatures remain, prefer those on this device.
 
     Raises:
@@ -476,7 +476,7 @@ def evaluate(
 
     Args:
         expr: From :func:`parse_expression`.
-        library: A :class:`~eopt.calculus.library.Library` or signatures.
+        library: A :class:`~eopt.model.library.Library` or signatures.
         text: The expression's text, for error messages.
         idle_power: Passed to ``par_multi`` for padding shorter operands.
 

@@ -25,10 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from eopt.calculus.context import NULL_ENTRY, EntryContext
 from eopt.calculus.contextual import ContextualSignature
 from eopt.calculus.interactions import EntryEdge, RuntimeEdge
-from eopt.calculus.signature import Signature
 from eopt.calculus.uncertainty import (
     _OPERATOR_ALIASES,
     DEFAULT_CONFIDENCE,
@@ -39,6 +37,8 @@ from eopt.calculus.uncertainty import (
     reduction_bias,
     reduction_multipliers,
 )
+from eopt.model.context import NULL_ENTRY, EntryContext
+from eopt.model.signature import Signature
 
 __all__ = ["PairDecision", "null_point", "pair_insensitivity"]
 

@@ -44,8 +44,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from eopt.calculus.context import ContextError, EntryContext
-from eopt.fileformats import (
+from eopt.model.context import ContextError, EntryContext
+from eopt.model.fileformats import (
     FileFormatError,
     Where,
     atomic_write_text,

@@ -12,8 +12,8 @@ import numbers
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from eopt.calculus.signature import Signature, SignatureError
-from eopt.devices.operating_point import OperatingPoint
+from eopt.model.operating_point import OperatingPoint
+from eopt.model.signature import Signature, SignatureError
 
 __all__ = [
     "TIME_MEANS",

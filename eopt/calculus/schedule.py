@@ -29,9 +29,8 @@ from typing import Any, TypeVar
 import yaml
 
 from eopt.calculus.operators import CompositionError, idle, par, par_multi, seq
-from eopt.calculus.signature import Signature
 from eopt.calculus.uncertainty import BiasBound, accumulated_bias
-from eopt.fileformats import (
+from eopt.model.fileformats import (
     KINDS,
     FileFormatError,
     Where,
@@ -43,6 +42,7 @@ from eopt.fileformats import (
     string,
     within_run,
 )
+from eopt.model.signature import Signature
 
 __all__ = [
     "DeviceUsage",
@@ -438,7 +438,7 @@ def read_placements(path: str | os.PathLike[str], library: Iterable[Signature]) 
 def _read_placements(path: Path, at: Where, library: Iterable[Signature]) -> PlacementFile:
     # Imported here: expression imports this module's siblings, not the other way round.
     from eopt.calculus.expression import resolve_element
-    from eopt.calculus.units import parse_power_w, parse_time_s
+    from eopt.model.units import parse_power_w, parse_time_s
 
     source = at.file
     text = read_text(path, at, what="a placements file")
@@ -528,12 +528,12 @@ def _solved_schedule(
     """Placements of an ``eopt.schedule/1`` file (the output of ``eopt solve``).
 
     The file is validated by the schedule format's own parser
-    (:meth:`eopt.plan.schedule.Schedule.from_dict`); each element's type, κ and ω then
+    (:meth:`eopt.model.schedule.Schedule.from_dict`); each element's type, κ and ω then
     pick its signature, whose time must be the schedule's duration.
     """
     # Imported here: the plan layer builds on the calculus, not the other way round.
     from eopt.calculus.expression import selector_for
-    from eopt.plan.schedule import Schedule
+    from eopt.model.schedule import Schedule
 
     schedule = Schedule.from_dict(data, at.file, error=PlacementsError)
     if not schedule.elements:
@@ -587,7 +587,7 @@ def _setting_changes(
 
     `eopt solve` starts the element after a change τ s after its predecessor on the
     device ends, and prices the change at ε J with the device busy (not idle) over τ
-    (``eopt.plan.schedule.Schedule.transition_energy``). Composed as an idle gap, the
+    (``eopt.model.schedule.Schedule.transition_energy``). Composed as an idle gap, the
     change would cost s̄·τ instead of ε. So each change becomes an element of τ s and ε J
     (all of it dynamic: no static draw of its own) ending where the next element starts.
     Consecutive elements are compared in start order, as the schedule counts changes.

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Literal
 
-from eopt.calculus.signature import Signature
+from eopt.model.signature import Signature
 
 __all__ = [
     "DEFAULT_CONFIDENCE",

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from eopt.check.runner import Job, JobRecord, RunSet, check_run_args, first_jobs
-from eopt.devices.operating_point import OperatingPoint
+from eopt.model.operating_point import OperatingPoint
 
 __all__ = ["CallableElement", "DeviceRunner"]
 

@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from eopt.fileformats import FileFormatError, Where, parse_json, read_text, refuse_other_kind
+from eopt.model.fileformats import FileFormatError, Where, parse_json, read_text, refuse_other_kind
 
 __all__ = ["CHECK_SCHEMA", "CheckFileError", "read_check_result"]
 

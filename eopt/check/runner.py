@@ -139,7 +139,7 @@ class SimElement:
     """How an element type runs on the simulated GPU.
 
     Attributes:
-        kernel: Simulated kernel (see ``eopt.devices.sim_kernels.kernel_names``).
+        kernel: Simulated kernel (see ``eopt.sim.kernels.kernel_names``).
         impl: Implementation (the kernel's default when None).
         workload: θ, completed with the kernel's defaults.
         reads: Buffers it reads (a buffer written just before is warm: cache mechanism).
@@ -185,19 +185,19 @@ class SimElement:
 
 
 class SimRunner:
-    """Runs jobs on a fresh :class:`~eopt.devices.sim_node.SimulatedNode` per run.
+    """Runs jobs on a fresh :class:`~eopt.sim.node.SimulatedNode` per run.
 
     Args:
         elements: Element type → how it runs on the simulator.
         devices: Device names of the schedule, in order (GPU i of the node is the i-th).
         model: Simulated GPU profile.
         mechanisms: Interaction mechanisms on (``"all"``, ``"none"`` or a comma list; see
-            :class:`~eopt.devices.sim_mechanisms.Mechanisms`). Run-to-run noise is on
+            :class:`~eopt.sim.mechanisms.Mechanisms`). Run-to-run noise is on
             unless ``noise=False``, whatever the list says: it is not an interaction.
         noise: Run-to-run noise on.
         power_limit_w: Power limit of every GPU, in W (None: the profile's default).
         power_budget_w: The node's power budget, in W (None: none).
-        params: Mechanism parameters (:class:`~eopt.devices.sim_mechanisms.MechanismParams`).
+        params: Mechanism parameters (:class:`~eopt.sim.mechanisms.MechanismParams`).
     """
 
     def __init__(
@@ -212,13 +212,13 @@ class SimRunner:
         power_budget_w: float | None = None,
         params: Any = None,
     ) -> None:
-        from eopt.devices.sim_mechanisms import Mechanisms
+        from eopt.sim.mechanisms import Mechanisms
 
         self.elements = dict(elements)
         self.devices = list(dict.fromkeys(devices))
         if not self.devices:
             raise ValueError("SimRunner needs at least one device")
-        from eopt.devices.sim_profiles import load_profile
+        from eopt.sim.profiles import load_profile
 
         load_profile(model)  # an unknown model fails here, before any run
         self.model = model
@@ -231,7 +231,7 @@ class SimRunner:
         self._idle: dict[float | None, float] = {}
 
     def _node(self, seed: int) -> Any:
-        from eopt.devices.sim_node import SimulatedNode
+        from eopt.sim.node import SimulatedNode
 
         node = SimulatedNode(
             self.model,
@@ -264,7 +264,7 @@ class SimRunner:
         co-running elements share once; an idle device draws less (:meth:`idle_power_w`).
         """
         if element not in self._static:
-            from eopt.devices.sim_physics import static_power_w
+            from eopt.sim.physics import static_power_w
 
             gpu = self._node(0)[0]
             f_max = gpu.profile.max_sm_clock_mhz

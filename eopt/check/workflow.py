@@ -41,16 +41,16 @@ from typing import Any, Literal
 
 import numpy as np
 
-from eopt.calculus.context import Context, EntryContext, RuntimeContext
 from eopt.calculus.contextual import ContextWarning
 from eopt.calculus.contextual_schedule import compose_with_interactions
 from eopt.calculus.deviation import DeviationReport, MeanEstimate, Runs, deviation_report
 from eopt.calculus.interactions import EntryEdge, InteractionGraph, RuntimeEdge
 from eopt.calculus.schedule import Placement
-from eopt.calculus.signature import Signature
 from eopt.calculus.uncertainty import DEFAULT_CONFIDENCE, BiasBound
 from eopt.check.result_file import CHECK_SCHEMA
 from eopt.check.runner import Job, RunSet, ScheduleRunner
+from eopt.model.context import Context, EntryContext, RuntimeContext
+from eopt.model.signature import Signature
 
 __all__ = [
     "CheckResult",

@@ -11,8 +11,8 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from eopt.calculus.units import QuantityError, parse_fraction, parse_quantity
-from eopt.fileformats import atomic_write_text, dumps_json, json_ready
+from eopt.model.fileformats import atomic_write_text, dumps_json, json_ready
+from eopt.model.units import QuantityError, parse_fraction, parse_quantity
 
 __all__ = [
     "FiniteRange",
@@ -71,7 +71,7 @@ def parse_percent(text: str, what: str = "value") -> float:
     """``"5%"`` → 0.05, ``"0.05"`` → 0.05; a bare ``5`` is refused (did you mean 5%?).
 
     Raises:
-        UserError: for anything else (see :func:`eopt.calculus.units.parse_fraction`).
+        UserError: for anything else (see :func:`eopt.model.units.parse_fraction`).
     """
     try:
         return parse_fraction(text, what=what)
@@ -90,7 +90,7 @@ def _option_name(param: click.Parameter | None) -> str:
 
 class Quantity(click.ParamType):
     """A click type for a quantity with an optional unit, read by
-    :func:`eopt.calculus.units.parse_quantity`: ``--deadline 3s``, ``--idle-power 83.64W``.
+    :func:`eopt.model.units.parse_quantity`: ``--deadline 3s``, ``--idle-power 83.64W``.
 
     Args:
         unit: ``"s"``, ``"W"``, ``"J"`` or ``"MHz"``; bare numbers are in it.

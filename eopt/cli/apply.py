@@ -89,7 +89,7 @@ def command(
     from eopt.apply.settings import gpu_resolver, resolve_gpu_map
     from eopt.apply.static import check_persistence
     from eopt.devices import open_devices
-    from eopt.plan.schedule import read_schedule
+    from eopt.model.schedule import read_schedule
 
     if cmd and not until_exit:
         raise UserError(
@@ -182,6 +182,6 @@ def command(
 
 
 def _is_simulated(devices: list[object]) -> bool:
-    from eopt.devices.sim import SimulatedGPU
+    from eopt.sim.gpu import SimulatedGPU
 
     return any(isinstance(d, SimulatedGPU) for d in devices)

@@ -94,9 +94,9 @@ def command(
       eopt attribute power.csv --events events.csv --time-unit datetime
       eopt attribute mpi-run/ --json -o attribution.json
     """
-    from eopt.measure.attribution import attribute_all
-    from eopt.measure.trace_io import PowerCsvOptions, read_traces
-    from eopt.measure.traces import TraceError
+    from eopt.attribute.engine import attribute_all
+    from eopt.model.trace import TraceError
+    from eopt.model.trace_io import PowerCsvOptions, read_traces
     from eopt.report.attribution_table import render_attribution
 
     check_output(output, force)

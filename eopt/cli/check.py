@@ -57,7 +57,7 @@ def read_kernel_map(path: Path) -> dict[str, Any]:
 
 def _read_yaml(path: Path, what: str) -> Any:
     """The YAML/JSON document in ``path``; a file that cannot be read is a UserError."""
-    from eopt.fileformats import FileFormatError, Where, parse_yaml, read_text
+    from eopt.model.fileformats import FileFormatError, Where, parse_yaml, read_text
 
     try:
         at = Where(str(path))
@@ -79,7 +79,7 @@ def _kernel_map_data(path: Path) -> Mapping[str, Any]:
 def _default_kernel(name: str, signature: Any) -> Any:
     """A simulated kernel for an element: its library entry's, or the one it is named."""
     from eopt.check.runner import SimElement
-    from eopt.devices.sim_kernels import kernel_names
+    from eopt.sim.kernels import kernel_names
 
     catalog = set(kernel_names())
     workload = dict(getattr(signature, "workload", {}) or {})
@@ -264,10 +264,10 @@ def command(
     one GPU need --sim.
     """
     from eopt.calculus.interactions import InteractionsError, read_interactions, write_interactions
-    from eopt.calculus.library import LibraryError, read_library
     from eopt.calculus.schedule import PlacementsError, read_placements
     from eopt.check.workflow import characterize_element, check_schedule
-    from eopt.devices.sim_mechanisms import Mechanisms
+    from eopt.model.library import LibraryError, read_library
+    from eopt.sim.mechanisms import Mechanisms
 
     for path, option in (
         (output, "--output"),
@@ -345,7 +345,7 @@ def command(
     if write_graph is not None:
         write_interactions(write_graph, result.graph)
     if write_library is not None:
-        from eopt.fileformats import atomic_write_text, dumps_json
+        from eopt.model.fileformats import atomic_write_text, dumps_json
 
         lines = [dumps_json(s.to_dict()) for s in [*library, *result.library]]
         atomic_write_text(write_library, "\n".join(lines) + "\n")
@@ -404,8 +404,8 @@ def _device_runner(
     """The runner for real GPUs: callables from --kernels, GPUs from --gpu."""
     from eopt.check.device_runner import CallableElement, DeviceRunner
     from eopt.devices import open_devices, resolve_gpu
-    from eopt.sweep import _parse_sync
-    from eopt.user_code import UserCodeError, import_callable
+    from eopt.runs.sweep import _parse_sync
+    from eopt.runs.user_code import UserCodeError, import_callable
 
     if kernels_file is None:
         raise UserError(

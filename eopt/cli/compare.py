@@ -87,10 +87,10 @@ def command(
       eopt compare fdbscan/ fdbscan-dense/ --region DBSCANCalculation --json
       eopt compare fdbscan/ fdbscan-dense/ --region DBSCANCalculation --edges inside
     """
-    from eopt.measure.compare import compare_runs
-    from eopt.measure.traces import TraceError
-    from eopt.measure.variants import load_variant
+    from eopt.model.trace import TraceError
     from eopt.report.compare_table import render_comparison
+    from eopt.runs.compare import compare_runs
+    from eopt.runs.variants import load_variant
 
     check_output(output, force)
     try:

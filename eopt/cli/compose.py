@@ -14,7 +14,6 @@ from eopt.calculus.contextual_schedule import Substitution, compose_with_interac
 from eopt.calculus.expression import ExpressionError, expression_bias, parse_expression
 from eopt.calculus.expression import evaluate as evaluate_expression
 from eopt.calculus.interactions import InteractionsError, read_interactions
-from eopt.calculus.library import Library, LibraryError
 from eopt.calculus.operators import CompositionError
 from eopt.calculus.schedule import (
     DeviceUsage,
@@ -23,14 +22,16 @@ from eopt.calculus.schedule import (
     schedule_bias,
     schedule_breakdown,
 )
-from eopt.calculus.signature import Signature
 from eopt.calculus.uncertainty import (
     BiasBound,
     DeviationResult,
     deviation_test,
     prediction_interval,
 )
-from eopt.calculus.units import (
+from eopt.cli._common import FiniteRange, UserError, console, quiet_option, write_json
+from eopt.model.library import Library, LibraryError
+from eopt.model.signature import Signature
+from eopt.model.units import (
     QuantityError,
     format_energy,
     format_percent,
@@ -39,7 +40,6 @@ from eopt.calculus.units import (
     format_time,
     parse_quantity,
 )
-from eopt.cli._common import FiniteRange, UserError, console, quiet_option, write_json
 
 __all__ = ["command"]
 

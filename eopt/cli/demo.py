@@ -10,8 +10,8 @@ from typing import Any
 import click
 from rich.markup import escape
 
-from eopt.calculus.units import format_energy, format_percent, format_time
 from eopt.cli._common import Fraction, console, err_console, quiet_option, write_json
+from eopt.model.units import format_energy, format_percent, format_time
 
 __all__ = ["command"]
 

@@ -8,11 +8,11 @@ from typing import Any
 import click
 from rich.table import Table
 
-from eopt.calculus.library import Library
+from eopt.calculus.frontier import Frontier
 from eopt.cli._common import UserError, console, write_json
 from eopt.cli.sweep import Number
-from eopt.frontier import Frontier
-from eopt.frontier_table import write_frontier_csv
+from eopt.model.frontier_table import write_frontier_csv
+from eopt.model.library import Library
 
 __all__ = ["command"]
 

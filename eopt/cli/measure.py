@@ -40,7 +40,7 @@ def open_measure_device(backend: str, gpu: str) -> Any:
     from eopt.devices import open_devices
 
     if backend == "auto" and nvml_gpu_count() == 0:
-        from eopt.devices.sim import SimulatedGPU
+        from eopt.sim.gpu import SimulatedGPU
 
         return SimulatedGPU(index=sim_gpu_index(gpu, nvml_seen=True), control=False)
     return open_devices(backend, [resolve_gpu_option(gpu)], control=False)[0]
@@ -331,7 +331,7 @@ def command(
             )
         raise UserError(f"{str(exc).rstrip('.')}{hint}") from None
     if trace_dir:
-        from eopt.measure.trace_io import write_dashboard
+        from eopt.model.trace_io import write_dashboard
 
         write_dashboard(result.to_trace(), trace_dir)
         err_console.print(f"trace written to [bold]{escape(trace_dir)}[/]", highlight=False)
@@ -367,8 +367,8 @@ def _repeat(
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     from eopt.measure.meter import sensor_period_s
-    from eopt.measure.runset import RecordedRun, RunSetError, gpu_recorder, record_runs
     from eopt.measure.session import SessionError
+    from eopt.runs.runset import RecordedRun, RunSetError, gpu_recorder, record_runs
 
     if not output:
         raise UserError("--repeat needs -o RUNSET, the folder that receives one trace per run")
@@ -476,9 +476,9 @@ def _record(
     force: bool,
 ) -> None:
     """Record the command as a trace folder with every power source, then attribute it."""
-    from eopt.measure.attribution import attribute_all
+    from eopt.attribute.engine import attribute_all
     from eopt.measure.session import SessionError, record_command
-    from eopt.measure.traces import TraceError
+    from eopt.model.trace import TraceError
     from eopt.report.attribution_table import render_attribution
 
     folder = trace_dir or "eopt-trace"

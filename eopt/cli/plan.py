@@ -8,8 +8,6 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from eopt.calculus.library import Library, write_library
-from eopt.calculus.units import format_power
 from eopt.cli._common import (
     GpuList,
     Quantity,
@@ -20,6 +18,9 @@ from eopt.cli._common import (
     quiet_option,
     write_json,
 )
+from eopt.model.library import Library, write_library
+from eopt.model.planfile import write_plan
+from eopt.model.units import format_power
 from eopt.plan.perseus import read_perseus_profile
 from eopt.plan.pipeline import (
     MAX_ELEMENTS,
@@ -30,7 +31,6 @@ from eopt.plan.pipeline import (
     default_type,
     pipeline_plan,
 )
-from eopt.plan.planfile import write_plan
 
 __all__ = ["command"]
 

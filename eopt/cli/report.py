@@ -89,8 +89,8 @@ def command(
       eopt report --measurement run-trace/ -o run.html
       eopt report --check check.json -o check.html
     """
-    from eopt.calculus.library import read_library
-    from eopt.plan.schedule import read_schedule
+    from eopt.model.library import read_library
+    from eopt.model.schedule import read_schedule
     from eopt.report import read_frontier_csv, read_measurement, write_report, write_trace
 
     if not (libraries or schedule_path or frontier_path or measurement_path or check_path):
@@ -111,7 +111,7 @@ def command(
     frontier = read_frontier_csv(frontier_path) if frontier_path else None
     measurement = recording = None
     if measurement_path and is_recording(measurement_path):
-        from eopt.measure.traces import TraceError
+        from eopt.model.trace import TraceError
         from eopt.report.recording import load_recording, measurement_from_attribution
 
         try:

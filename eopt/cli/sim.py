@@ -30,7 +30,7 @@ def command() -> None:
 
 def _base_profile(requested: str | None, library_model: str | None) -> tuple[str, str]:
     """The packaged profile to start from, and why it was chosen."""
-    from eopt.devices.sim_profiles import available_profiles, load_profile
+    from eopt.sim.profiles import available_profiles, load_profile
 
     names = available_profiles()
     if requested is not None:
@@ -101,7 +101,7 @@ def fit_command(
       eopt sim fit lib.jsonl -o my-gpu.json --holdout kernels
       eopt sim fit lib.jsonl --base V100-PCIE-16GB --json
     """
-    from eopt.devices.sim_fit import (
+    from eopt.sim.fit import (
         SimFitError,
         fit_sim,
         holdout_error,
@@ -109,7 +109,7 @@ def fit_command(
         read_library_table,
         summary_metrics,
     )
-    from eopt.devices.sim_profiles import load_profile
+    from eopt.sim.profiles import load_profile
 
     try:
         table, library_model = read_library_table(library)
@@ -146,7 +146,7 @@ def fit_command(
         if output.suffix.lower() in (".yaml", ".yml"):
             import yaml
 
-            from eopt.fileformats import atomic_write_text
+            from eopt.model.fileformats import atomic_write_text
 
             atomic_write_text(output, yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
         else:

@@ -21,13 +21,6 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from eopt.calculus.library import Library
-from eopt.calculus.units import (
-    format_energy,
-    format_percent,
-    format_sigma,
-    format_time,
-)
 from eopt.cli._common import (
     Fraction,
     Quantity,
@@ -39,11 +32,18 @@ from eopt.cli._common import (
     quiet_option,
     write_json,
 )
-from eopt.devices.operating_point import OperatingPoint
+from eopt.model.library import Library
+from eopt.model.operating_point import OperatingPoint
+from eopt.model.planfile import Plan, read_plan
+from eopt.model.schedule import Schedule, write_schedule
+from eopt.model.units import (
+    format_energy,
+    format_percent,
+    format_sigma,
+    format_time,
+)
 from eopt.plan.budget import TimeBudget
-from eopt.plan.planfile import Plan, read_plan
 from eopt.plan.problem import load_plan_library
-from eopt.plan.schedule import Schedule, write_schedule
 from eopt.plan.solve import FrontierPlan, plan_frontier, savings, solve_plan
 
 if TYPE_CHECKING:
@@ -214,7 +214,7 @@ def stop_rule(stop_gap: float | None, stall: float | None, method: str) -> StopR
 
 def _write_frontier_csv(path: Path, points: list[FrontierPlan]) -> None:
     # The one frontier-table writer, shared with `eopt frontier --csv`.
-    from eopt.frontier_table import write_frontier_csv
+    from eopt.model.frontier_table import write_frontier_csv
 
     write_frontier_csv(path, [p.to_row() for p in points])
 

@@ -17,14 +17,14 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from eopt.calculus.signature import Signature
 from eopt.cli._common import UserError, console, err_console, write_json
 from eopt.cli._gpus import GPU_HELP, resolve_gpu_option, sim_gpu_index
 from eopt.devices.base import DeviceError, DevicePermissionError
 from eopt.measure.command import MeasureError
 from eopt.measure.meter import MeterError
-from eopt.measure.repeat import RepeatPolicy
-from eopt.sweep import (
+from eopt.model.signature import Signature
+from eopt.runs.repeat import RepeatPolicy
+from eopt.runs.sweep import (
     Cell,
     Grid,
     KernelError,
@@ -217,7 +217,7 @@ def result_json(result: SweepResult, grid: Grid, device: Any, dominance: str) ->
     Units are in the keys (``time_s``, ``energy_j``, ``static_power_w``); ``*_ci`` are the
     95 % bootstrap intervals of the per-invocation means.
     """
-    from eopt.frontier import Frontier
+    from eopt.calculus.frontier import Frontier
 
     cells = []
     for sig in result.signatures:
@@ -260,7 +260,7 @@ def result_json(result: SweepResult, grid: Grid, device: Any, dominance: str) ->
 
 def print_frontier(signatures: tuple[Signature, ...], dominance: str) -> None:
     """The Pareto frontier (time, energy) of the cells, with the chosen κ / ω."""
-    from eopt.frontier import Frontier
+    from eopt.calculus.frontier import Frontier
 
     front = Frontier.from_signatures(signatures, dominance=dominance)
     table = Table(

@@ -58,8 +58,8 @@ def command(
       eopt trace schedule.json --measurement run.json -o trace.json
       eopt trace run-trace/ -o run.perfetto.json
     """
-    from eopt.measure.traces import TraceError
-    from eopt.plan.schedule import read_schedule
+    from eopt.model.schedule import read_schedule
+    from eopt.model.trace import TraceError
     from eopt.report import read_measurement, write_trace
     from eopt.report.recording import load_recording
 

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from eopt.devices.operating_point import OperatingPoint
+from eopt.model.operating_point import OperatingPoint
 
 if TYPE_CHECKING:
     from eopt.devices.base import Device
@@ -24,11 +24,11 @@ if TYPE_CHECKING:
 # Loaded on first use, so importing the package never imports NVML or NumPy.
 _LAZY = {
     "NvmlGPU": "eopt.devices.nvml",
-    "SimulatedGPU": "eopt.devices.sim",
-    "VirtualClock": "eopt.devices.sim",
-    "Launch": "eopt.devices.sim",
-    "SimulatedNode": "eopt.devices.sim_node",
-    "Mechanisms": "eopt.devices.sim_mechanisms",
+    "SimulatedGPU": "eopt.sim.gpu",
+    "VirtualClock": "eopt.sim.gpu",
+    "Launch": "eopt.sim.gpu",
+    "SimulatedNode": "eopt.sim.node",
+    "Mechanisms": "eopt.sim.mechanisms",
     "restoring_on_exit": "eopt.devices.guard",
     "resolve_gpu": "eopt.devices.gpu_select",
 }
@@ -75,7 +75,7 @@ def open_devices(
         indices: NVML indices to open; all NVML GPUs (or one simulated GPU) when None.
             ``eopt.devices.gpu_select.resolve_gpu`` turns a CUDA ordinal, UUID or PCI bus
             id into one.
-        sim_model: Simulated GPU model (see ``eopt.devices.sim_profiles.available_profiles``).
+        sim_model: Simulated GPU model (see ``eopt.sim.profiles.available_profiles``).
         seed: Seed of the simulator's noise (GPU ``i`` uses ``[seed, i]``).
         control: False opens measure-only devices: every setter raises, nothing changes.
 
@@ -127,7 +127,7 @@ def open_devices(
         if backend == "nvml":
             raise DeviceError("NVML works but reports no GPU; use --backend sim to simulate one")
         print(announcement, file=sys.stderr)
-    from eopt.devices.sim import SimulatedGPU, VirtualClock
+    from eopt.sim.gpu import SimulatedGPU, VirtualClock
 
     clock = VirtualClock()
     wanted = [0] if indices is None else list(indices)

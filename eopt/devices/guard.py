@@ -26,7 +26,7 @@ block ends. So nothing lands on a GPU after its restore, and the state file desc
 what is on the GPU until the restore is complete.
 
 One controller per GPU: before saving anything the guard takes an exclusive lock per GPU
-(``gpu-<UUID>.lock`` in the same directory, see :mod:`eopt.lockfile`) and holds it until
+(``gpu-<UUID>.lock`` in the same directory, see :mod:`eopt.model.lockfile`) and holds it until
 the GPU is restored or, with ``keep``, until the block ends. A second process that wants to
 change the same GPU is refused with :class:`GpuInUseError`, naming the holder's PID and
 command. Measure-only and simulated devices take no lock. The kernel drops the lock of a
@@ -63,9 +63,9 @@ from types import FrameType
 from typing import Any, TextIO
 
 from eopt.devices.base import Device, DeviceError
-from eopt.devices.operating_point import OperatingPoint
-from eopt.fileformats import atomic_write_text, dumps_json
-from eopt.lockfile import LockBusyError, ProcessLock
+from eopt.model.fileformats import atomic_write_text, dumps_json
+from eopt.model.lockfile import LockBusyError, ProcessLock
+from eopt.model.operating_point import OperatingPoint
 
 __all__ = [
     "STATE_SCHEMA",

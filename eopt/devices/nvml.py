@@ -62,7 +62,7 @@ from eopt.devices.base import (
     WallClock,
 )
 from eopt.devices.gpu_select import GpuInfo
-from eopt.devices.operating_point import OperatingPoint
+from eopt.model.operating_point import OperatingPoint
 
 __all__ = [
     "DEFAULT_ENERGY_COUNTER_PERIOD_S",

@@ -9,17 +9,17 @@ program stays cheap (no NumPy or SciPy import)::
         ...
 
 The rest: :class:`~eopt.measure.meter.Meter` (energy counter or power sampler),
-:func:`~eopt.measure.repeat.measure_signature` (one (κ, ω) cell → ``Signature``),
+:func:`~eopt.runs.repeat.measure_signature` (one (κ, ω) cell → ``Signature``),
 :func:`~eopt.measure.command.measure_command` (``eopt measure -- CMD``) and
-:mod:`~eopt.measure.stats` (bootstrap, drift, state changes) and
+:mod:`~eopt.runs.stats` (bootstrap, drift, state changes) and
 :func:`~eopt.measure.sensor_period.estimate_power_update_period` (how often a power
 reading refreshes).
 
-Recorded runs: :mod:`~eopt.measure.traces` (the trace: power series + timed events),
-:mod:`~eopt.measure.trace_io` (the dashboard layout, the Kokkos connector's CSVs, power
-CSVs), :func:`~eopt.measure.attribution.attribute` (the one attribution engine),
-:func:`~eopt.measure.runset.record_runs` (repeated runs), and
-:func:`~eopt.measure.compare.compare_runs` (variants over repeated runs).
+Recorded runs: :mod:`~eopt.model.trace` (the trace: power series + timed events),
+:mod:`~eopt.model.trace_io` (the dashboard layout, the Kokkos connector's CSVs, power
+CSVs), :func:`~eopt.attribute.engine.attribute` (the one attribution engine),
+:func:`~eopt.runs.runset.record_runs` (repeated runs), and
+:func:`~eopt.runs.compare.compare_runs` (variants over repeated runs).
 """
 
 from __future__ import annotations
@@ -31,12 +31,12 @@ _LAZY = {
     "Meter": "eopt.measure.meter",
     "MeterError": "eopt.measure.meter",
     "WindowEnergy": "eopt.measure.meter",
-    "RepeatPolicy": "eopt.measure.repeat",
-    "StaticPower": "eopt.measure.repeat",
-    "measure_signature": "eopt.measure.repeat",
-    "measure_static_power": "eopt.measure.repeat",
-    "run_repeats": "eopt.measure.repeat",
-    "signature_from_runs": "eopt.measure.repeat",
+    "RepeatPolicy": "eopt.runs.repeat",
+    "StaticPower": "eopt.runs.repeat",
+    "measure_signature": "eopt.runs.repeat",
+    "measure_static_power": "eopt.runs.repeat",
+    "run_repeats": "eopt.runs.repeat",
+    "signature_from_runs": "eopt.runs.repeat",
     "RegionEvent": "eopt.measure.regions",
     "RegionRecorder": "eopt.measure.regions",
     "RegionReport": "eopt.measure.regions",
@@ -53,21 +53,21 @@ _LAZY = {
     "begin_window": "eopt.measure.windows",
     "end_window": "eopt.measure.windows",
     "window": "eopt.measure.windows",
-    "Trace": "eopt.measure.traces",
-    "TraceError": "eopt.measure.traces",
-    "read_trace": "eopt.measure.trace_io",
-    "read_traces": "eopt.measure.trace_io",
-    "read_runs": "eopt.measure.trace_io",
-    "write_dashboard": "eopt.measure.trace_io",
-    "Attribution": "eopt.measure.attribution",
-    "attribute": "eopt.measure.attribution",
-    "record_runs": "eopt.measure.runset",
-    "RunValues": "eopt.measure.compare",
-    "Comparison": "eopt.measure.compare",
-    "compare_runs": "eopt.measure.compare",
-    "load_variant": "eopt.measure.variants",
-    "bootstrap_ci": "eopt.measure.stats",
-    "summarize": "eopt.measure.stats",
+    "Trace": "eopt.model.trace",
+    "TraceError": "eopt.model.trace",
+    "read_trace": "eopt.model.trace_io",
+    "read_traces": "eopt.model.trace_io",
+    "read_runs": "eopt.model.trace_io",
+    "write_dashboard": "eopt.model.trace_io",
+    "Attribution": "eopt.attribute.engine",
+    "attribute": "eopt.attribute.engine",
+    "record_runs": "eopt.runs.runset",
+    "RunValues": "eopt.runs.compare",
+    "Comparison": "eopt.runs.compare",
+    "compare_runs": "eopt.runs.compare",
+    "load_variant": "eopt.runs.variants",
+    "bootstrap_ci": "eopt.runs.stats",
+    "summarize": "eopt.runs.stats",
 }
 
 __all__ = sorted(_LAZY)

@@ -27,7 +27,7 @@ from eopt.measure.regions import (
     read_region_windows,
     use_recorder,
 )
-from eopt.measure.traces import PowerSeries, Trace, region_events
+from eopt.model.trace import PowerSeries, Trace, region_events
 
 __all__ = [
     "CommandMeasurement",

@@ -37,7 +37,7 @@ from types import TracebackType
 from typing import Literal
 
 from eopt.devices.base import Device, DeviceError, SensorReadError, Timer
-from eopt.measure.trace import CounterTrace, SensorTrace
+from eopt.measure.integrate import CounterTrace, SensorTrace
 
 __all__ = [
     "DEFAULT_SENSOR_PERIOD_S",

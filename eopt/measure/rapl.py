@@ -70,7 +70,7 @@ from typing import Any
 
 import numpy as np
 
-from eopt.measure.traces import PowerSeries
+from eopt.model.trace import PowerSeries
 
 __all__ = [
     "DEFAULT_PERIOD_S",

@@ -29,8 +29,8 @@ from typing import Any, Protocol
 from eopt.devices.base import Device, WallClock
 from eopt.measure.meter import Meter, MeterMethod
 from eopt.measure.regions import REGIONS_FILE_ENV, read_region_windows
-from eopt.measure.trace_io import RANK_DIR, read_events, read_traces, write_dashboard
-from eopt.measure.traces import Event, PowerSeries, Trace, TraceError, region_events
+from eopt.model.trace import Event, PowerSeries, Trace, TraceError, region_events
+from eopt.model.trace_io import RANK_DIR, read_events, read_traces, write_dashboard
 
 __all__ = [
     "GpuPowerSource",
@@ -288,15 +288,15 @@ def session_recorder(
     *,
     kokkos_library: str | os.PathLike[str] | None = None,
 ) -> Callable[[Path], Any]:
-    """Runs recorded by :func:`record_command` (for :func:`eopt.measure.runset.record_runs`).
+    """Runs recorded by :func:`record_command` (for :func:`eopt.runs.runset.record_runs`).
 
     Args:
         command: Program and arguments.
         sources: Makes fresh power sources for each run (a sampler runs once).
         kokkos_library: The Kokkos connector to attach, if any.
     """
-    from eopt.measure.attribution import attribute
-    from eopt.measure.runset import RunOutcome
+    from eopt.attribute.engine import attribute
+    from eopt.runs.runset import RunOutcome
 
     def record(folder: Path) -> RunOutcome:
         run = record_command(command, sources(), folder, kokkos_library=kokkos_library)

@@ -252,7 +252,7 @@ def _backend_of(device: Device) -> str:
     module = type(device).__module__
     if module == "eopt.devices.nvml":
         return "nvml"
-    if module == "eopt.devices.sim":
+    if module == "eopt.sim.gpu":
         return "sim"
     return type(device).__name__
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from eopt.plan.planfile import PlanError
+from eopt.model.planfile import PlanError
 
 __all__ = ["MIN_SOLVE_S", "SolveTimeLimitError", "TimeBudget"]
 

@@ -52,12 +52,12 @@ import networkx as nx
 import numpy as np
 from scipy.special import ndtr, ndtri
 
-from eopt.calculus.library import Library
 from eopt.calculus.operators import clark_max
+from eopt.model.library import Library
+from eopt.model.planfile import Plan, PlanError
+from eopt.model.schedule import Schedule
 from eopt.plan.budget import TimeBudget
-from eopt.plan.planfile import Plan, PlanError
 from eopt.plan.problem import PlanProblem, build_problem
-from eopt.plan.schedule import Schedule
 from eopt.plan.solve import (
     fastest_modes,
     resolve_deadline,

@@ -23,10 +23,10 @@ import math
 import os
 from pathlib import Path
 
-from eopt.calculus.signature import Signature
-from eopt.devices.operating_point import OperatingPoint
-from eopt.fileformats import Where, guard, read_csv, refuse_other_kind
-from eopt.plan.planfile import PlanError
+from eopt.model.fileformats import Where, guard, read_csv, refuse_other_kind
+from eopt.model.operating_point import OperatingPoint
+from eopt.model.planfile import PlanError
+from eopt.model.signature import Signature
 
 __all__ = ["COLUMNS", "ProfileError", "read_perseus_profile", "stage_count"]
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from eopt.plan.planfile import Plan, PlanDevice, PlanElement, PlanError
+from eopt.model.planfile import Plan, PlanDevice, PlanElement, PlanError
 
 __all__ = [
     "MAX_ELEMENTS",

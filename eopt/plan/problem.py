@@ -10,7 +10,7 @@ accounting of separate tasks would draw the static power once per member). The
 composite task carries the dependencies of all its members.
 
 Order on a device. Units (a group or a lone element) on one device run one at a time in
-:meth:`~eopt.plan.planfile.Plan.device_order`; the edges between consecutive units are
+:meth:`~eopt.model.planfile.Plan.device_order`; the edges between consecutive units are
 added to the plan's own, so the solver's schedule never overlaps what it prices as
 sequential.
 
@@ -42,11 +42,11 @@ from pathlib import Path
 
 import numpy as np
 
-from eopt.calculus.library import Library
+from eopt.calculus.frontier import pareto_mask
 from eopt.calculus.operators import par
-from eopt.calculus.signature import Signature
-from eopt.frontier import pareto_mask
-from eopt.plan.planfile import Plan, PlanError
+from eopt.model.library import Library
+from eopt.model.planfile import Plan, PlanError
+from eopt.model.signature import Signature
 
 __all__ = [
     "PlanProblem",

@@ -2,7 +2,7 @@
 
 The optimization itself is the ``solvers`` package's; this module maps a plan to its
 problem (:mod:`eopt.plan.problem`) and a solution back to an ``eopt.schedule/1``
-:class:`~eopt.plan.schedule.Schedule`, with the all-fastest plan as the baseline.
+:class:`~eopt.model.schedule.Schedule`, with the all-fastest plan as the baseline.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from eopt.calculus.library import Library
-from eopt.calculus.units import format_percent
+from eopt.model.library import Library
+from eopt.model.planfile import Plan, PlanError
+from eopt.model.schedule import Schedule, ScheduledElement
+from eopt.model.units import format_percent
 from eopt.plan.budget import SolveTimeLimitError, TimeBudget
-from eopt.plan.planfile import Plan, PlanError
 from eopt.plan.problem import PlanProblem, build_problem
-from eopt.plan.schedule import Schedule, ScheduledElement
 
 if TYPE_CHECKING:
     from solvers.stopping import StopRule

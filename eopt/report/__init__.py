@@ -16,7 +16,7 @@ from eopt.report.inputs import (
     read_frontier_csv,
     read_measurement,
 )
-from eopt.report.trace import predicted_power, schedule_trace, write_trace
+from eopt.report.perfetto import predicted_power, schedule_trace, write_trace
 
 __all__ = [
     "Baseline",

@@ -7,7 +7,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from eopt.measure.attribution import Attribution
+from eopt.attribute.engine import Attribution
 
 __all__ = ["render_attribution"]
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from eopt.plan.schedule import Schedule
+from eopt.model.schedule import Schedule
 
 __all__ = ["Baseline", "EnergyBreakdown", "baseline_of", "energy_breakdown"]
 

@@ -10,8 +10,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from eopt.devices.operating_point import OperatingPoint
-from eopt.plan.schedule import Schedule, ScheduledElement
+from eopt.model.operating_point import OperatingPoint
+from eopt.model.schedule import Schedule, ScheduledElement
 from eopt.report.svg import (
     MARGIN,
     Scale,

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from eopt.measure.compare import Comparison, Intervals, Reduction, format_runs
+from eopt.runs.compare import Comparison, Intervals, Reduction, format_runs
 
 __all__ = ["render_comparison"]
 
@@ -115,7 +115,7 @@ def render_comparison(cmp: Comparison, console: Console) -> None:
     """Print a comparison: statistics with CIs, reductions, blocks, and cautions.
 
     Args:
-        cmp: The result of :func:`eopt.measure.compare.compare_runs`.
+        cmp: The result of :func:`eopt.runs.compare.compare_runs`.
         console: Where to print (e.g. ``Console(record=True)`` to capture the text).
     """
     where = f"region {cmp.region}" if cmp.region else "whole runs"

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from eopt.frontier import Frontier, FrontierPoint
+    from eopt.calculus.frontier import Frontier, FrontierPoint
 
 __all__ = ["LOG_SPAN", "MAX_ZOOMED", "plot_element_frontiers"]
 

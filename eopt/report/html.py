@@ -15,9 +15,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from eopt.calculus.signature import Signature
-from eopt.fileformats import atomic_write_text
-from eopt.plan.schedule import Schedule
+from eopt.model.fileformats import atomic_write_text
+from eopt.model.schedule import Schedule
+from eopt.model.signature import Signature
 from eopt.report.breakdown import baseline_of, energy_breakdown
 from eopt.report.charts import (
     PlotPoint,
@@ -358,7 +358,7 @@ def _choices(schedule: Schedule) -> str:
 def _element_frontiers(
     library: Sequence[Signature], rows: Sequence[FrontierRow], schedule: Schedule | None
 ) -> str:
-    from eopt.frontier import Frontier
+    from eopt.calculus.frontier import Frontier
 
     used: set[tuple[str, str, str]] = set()
     if schedule is not None:

@@ -4,7 +4,7 @@ of frontier tables.
 - Frontier tables (``.csv``) as written by ``eopt solve --frontier`` (one plan-level point
   a row: makespan, energy, lower bound …) or ``eopt frontier --csv`` (an ``element``
   column, one Pareto point a row); both commands write through
-  :func:`eopt.frontier_table.write_frontier_csv` (re-exported here).
+  :func:`eopt.model.frontier_table.write_frontier_csv` (re-exported here).
 - Measurement results (``.json``) as written by ``eopt measure --json``: regions with
   inclusive energy and time, and the power samples.
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from eopt.fileformats import (
+from eopt.model.fileformats import (
     FileFormatError,
     Where,
     csv_header_kind,
@@ -37,7 +37,7 @@ from eopt.fileformats import (
     string,
     within_run,
 )
-from eopt.frontier_table import ENERGY_COLUMNS, TIME_COLUMNS, write_frontier_csv
+from eopt.model.frontier_table import ENERGY_COLUMNS, TIME_COLUMNS, write_frontier_csv
 
 __all__ = [
     "FrontierRow",

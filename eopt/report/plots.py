@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from eopt.report.inputs import FrontierRow
 
 if TYPE_CHECKING:
-    from eopt.frontier import Frontier
+    from eopt.calculus.frontier import Frontier
 
 __all__ = ["plot_frontier"]
 

@@ -1,6 +1,6 @@
 """Recorded traces in the report and the Perfetto export.
 
-A trace folder (or any layout :mod:`eopt.measure.trace_io` reads) becomes, for the HTML
+A trace folder (or any layout :mod:`eopt.model.trace_io` reads) becomes, for the HTML
 report, a :class:`~eopt.report.inputs.Measurement` with inclusive and exclusive energy per
 region; for Perfetto, one process per trace (per MPI rank) with its events as nested
 slices and one counter track per power series.
@@ -13,9 +13,9 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from eopt.measure.attribution import Attribution, attribute_all
-from eopt.measure.trace_io import read_traces
-from eopt.measure.traces import Trace
+from eopt.attribute.engine import Attribution, attribute_all
+from eopt.model.trace import Trace
+from eopt.model.trace_io import read_traces
 from eopt.report.inputs import Measurement, Region
 
 __all__ = ["load_recording", "measurement_from_attribution", "recording_trace_events"]
@@ -27,7 +27,7 @@ def load_recording(path: str | os.PathLike[str]) -> tuple[list[Trace], Attributi
     """Read every trace at ``path`` and attribute it (summed over MPI ranks).
 
     Raises:
-        eopt.measure.traces.TraceError: naming the file and line.
+        eopt.model.trace.TraceError: naming the file and line.
     """
     traces = read_traces(path)
     return traces, attribute_all(traces, source=str(path))

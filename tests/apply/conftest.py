@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from eopt.devices.base import DeviceError, PowerReading, WallClock
-from eopt.devices.operating_point import OperatingPoint
+from eopt.model.operating_point import OperatingPoint
+from eopt.model.schedule import DeviceInfo, Schedule, ScheduledElement
 from eopt.plan.pipeline import one_f_one_b_order
-from eopt.plan.schedule import DeviceInfo, Schedule, ScheduledElement
 
 
 def _devices_conftest():

@@ -9,8 +9,8 @@ import pytest
 import eopt.devices
 from eopt.apply import ApplyError, nvml_calls, parse_gpu_map, plan_apply, resolve_gpu_map
 from eopt.cli import main
-from eopt.devices.operating_point import OperatingPoint
-from eopt.plan.schedule import write_schedule
+from eopt.model.operating_point import OperatingPoint
+from eopt.model.schedule import write_schedule
 
 
 def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

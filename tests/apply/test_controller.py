@@ -11,7 +11,7 @@ import pytest
 
 from eopt.apply import ApplyError, RuntimeController
 from eopt.devices.base import DeviceError
-from eopt.devices.operating_point import OperatingPoint
+from eopt.model.operating_point import OperatingPoint
 
 # These tests enter partial orders on purpose; drift has its own tests (test_drift.py).
 pytestmark = pytest.mark.filterwarnings("ignore::eopt.apply.drift.PlanDriftWarning")

@@ -13,7 +13,7 @@ import pytest
 from eopt.apply import ApplyError, RuntimeController
 from eopt.devices.guard import state_dir
 from eopt.devices.nvml import NvmlGPU
-from eopt.devices.operating_point import OperatingPoint
+from eopt.model.operating_point import OperatingPoint
 
 pytestmark = pytest.mark.filterwarnings("ignore::eopt.apply.drift.PlanDriftWarning")
 

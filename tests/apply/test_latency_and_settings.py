@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from eopt.apply import SwitchStats, device_plans
-from eopt.devices.operating_point import OperatingPoint
+from eopt.model.operating_point import OperatingPoint
 
 
 @given(st.lists(st.floats(min_value=0.0, max_value=1.0), min_size=1, max_size=200))

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from eopt.calculus import Signature, max_moments, par
+from eopt.calculus.frontier import Frontier, FrontierPoint
 from eopt.calculus.operators import clark_max
-from eopt.frontier import Frontier, FrontierPoint
 
 mpmath.mp.dps = 25
 

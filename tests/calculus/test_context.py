@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 
 from eopt.calculus import Library, Signature, read_library, write_library
-from eopt.calculus.context import (
+from eopt.calculus.contextual import (
+    ContextOutsideError,
+    ContextualSignature,
+    ContextWarning,
+    contextual_signatures,
+)
+from eopt.model.context import (
     ISOLATED,
     NULL_ENTRY,
     Context,
@@ -18,13 +24,7 @@ from eopt.calculus.context import (
     RuntimeContext,
     device_entry_context,
 )
-from eopt.calculus.contextual import (
-    ContextOutsideError,
-    ContextualSignature,
-    ContextWarning,
-    contextual_signatures,
-)
-from eopt.calculus.library import LibraryError
+from eopt.model.library import LibraryError
 
 
 def _sig(name: str = "gemm", ctx: Context | None = None, **values: float) -> Signature:
@@ -211,9 +211,9 @@ def test_contextual_signatures_groups_a_library() -> None:
 
 # Sweeps record φ and ρ ------------------------------------------------------------------------
 def test_a_sweep_records_entry_and_runtime_context_with_every_cell(tmp_path: Path) -> None:
-    from eopt.devices.sim import SimulatedGPU
-    from eopt.measure.repeat import RepeatPolicy
-    from eopt.sweep import Grid, parse_kernel, sweep
+    from eopt.runs.repeat import RepeatPolicy
+    from eopt.runs.sweep import Grid, parse_kernel, sweep
+    from eopt.sim.gpu import SimulatedGPU
 
     gpu = SimulatedGPU()
     kernel = parse_kernel("sim:gemm")

@@ -16,7 +16,7 @@ from eopt.calculus import (
     resolve_element,
     seq,
 )
-from eopt.devices.operating_point import OperatingPoint
+from eopt.model.operating_point import OperatingPoint
 
 
 def _lib() -> list[Signature]:

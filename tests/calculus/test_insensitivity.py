@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from eopt.calculus import ContextualSignature, Signature, par, seq
-from eopt.calculus.context import Context, EntryContext, RuntimeContext
 from eopt.calculus.insensitivity import null_point, pair_insensitivity
 from eopt.calculus.interactions import EntryEdge, RuntimeEdge
 from eopt.calculus.uncertainty import c_alpha
+from eopt.model.context import Context, EntryContext, RuntimeContext
 
 C95 = c_alpha(0.95)
 S0, T_B, D_B = 60.0, 10e-3, 0.5  # W, s, J: the thermally sensitive element B

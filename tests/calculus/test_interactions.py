@@ -16,7 +16,6 @@ from eopt.calculus import (
     par,
     write_library,
 )
-from eopt.calculus.context import Context, EntryContext, RuntimeContext
 from eopt.calculus.contextual import ContextOutsideError, ContextWarning
 from eopt.calculus.interactions import (
     EntryEdge,
@@ -29,6 +28,7 @@ from eopt.calculus.interactions import (
 from eopt.calculus.schedule import schedule_bias
 from eopt.calculus.uncertainty import c_alpha
 from eopt.cli import cli, main
+from eopt.model.context import Context, EntryContext, RuntimeContext
 
 C95 = c_alpha(0.95)
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from eopt.calculus import CompositionError, Library, Placement, Signature, read_placements
 from eopt.calculus.schedule import compose_schedule
-from eopt.devices.operating_point import OperatingPoint
+from eopt.model.operating_point import OperatingPoint
 
 
 def el(name: str, t: float, d: float = 1.0, s: float = 50.0, dev: str = "g0") -> Signature:

@@ -17,7 +17,7 @@ from eopt.calculus import (
     read_library,
     write_library,
 )
-from eopt.devices.operating_point import OperatingPoint
+from eopt.model.operating_point import OperatingPoint
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""`eopt.calculus.units`: reading quantities with units, percents, and writing them back."""
+"""`eopt.model.units`: reading quantities with units, percents, and writing them back."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from eopt.calculus.units import (
+from eopt.model.units import (
     QuantityError,
     format_energy,
     format_percent,

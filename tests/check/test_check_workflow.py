@@ -16,10 +16,10 @@ from click.testing import CliRunner
 
 from eopt.calculus.interactions import read_interactions
 from eopt.calculus.schedule import Placement
-from eopt.calculus.signature import Signature
 from eopt.check.runner import Job, SimElement, SimRunner
 from eopt.check.workflow import characterize_element, check_schedule, predict
 from eopt.cli import cli, main
+from eopt.model.signature import Signature
 
 RUNS = 20
 

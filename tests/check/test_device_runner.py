@@ -14,7 +14,7 @@ from eopt.calculus.schedule import Placement
 from eopt.check.device_runner import CallableElement, DeviceRunner
 from eopt.check.runner import Job
 from eopt.check.workflow import characterize_element, check_schedule
-from eopt.devices.sim import SimulatedGPU
+from eopt.sim.gpu import SimulatedGPU
 
 
 def _launcher(gpu: SimulatedGPU, kernel: str, **workload: float) -> CallableElement:
@@ -120,7 +120,7 @@ class _WallGpu:
         return PowerReading(self.clock.now(), self.idle_w, "instant")
 
     def current_operating_point(self) -> object:
-        from eopt.devices.operating_point import OperatingPoint
+        from eopt.model.operating_point import OperatingPoint
 
         return OperatingPoint()
 

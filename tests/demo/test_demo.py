@@ -11,11 +11,11 @@ import math
 
 import pytest
 
-from eopt.calculus.library import read_library
-from eopt.calculus.units import format_energy
 from eopt.cli import main
-from eopt.plan.planfile import read_plan
-from eopt.plan.schedule import read_schedule
+from eopt.model.library import read_library
+from eopt.model.planfile import read_plan
+from eopt.model.schedule import read_schedule
+from eopt.model.units import format_energy
 from eopt.plan.solve import savings
 from eopt.report import energy_breakdown
 

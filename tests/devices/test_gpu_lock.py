@@ -25,7 +25,7 @@ from eopt.devices.guard import (
     state_dir,
 )
 from eopt.devices.nvml import NvmlGPU
-from eopt.plan.schedule import DeviceInfo, Schedule, ScheduledElement, write_schedule
+from eopt.model.schedule import DeviceInfo, Schedule, ScheduledElement, write_schedule
 
 CHANGE = OperatingPoint(sm_clock_mhz=1005, power_limit_w=210)
 

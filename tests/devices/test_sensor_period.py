@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from eopt.devices import nvml, sim
+from eopt.devices import nvml
 from eopt.devices.nvml import NvmlGPU
-from eopt.devices.sim import SimulatedGPU
 from eopt.measure.meter import DEFAULT_SENSOR_PERIOD_S, Meter
 from eopt.measure.sensor_period import estimate_power_update_period
+from eopt.sim import gpu as sim
+from eopt.sim.gpu import SimulatedGPU
 
 
 @pytest.mark.parametrize("field", ["instant", "average"])

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from eopt.devices import OperatingPoint
-from eopt.devices.sim import SimulatedGPU
-from eopt.devices.sim_kernels import get_kernel
-from eopt.devices.sim_physics import KernelDemand, steady_state_run
-from eopt.devices.sim_profiles import load_profile
+from eopt.sim.gpu import SimulatedGPU
+from eopt.sim.kernels import get_kernel
+from eopt.sim.physics import KernelDemand, steady_state_run
+from eopt.sim.profiles import load_profile
 
 CURVES = {
     "perseus_gpt3_fwd": ("gpt3-175b+a100_sxm_bf16.csv", "forward"),

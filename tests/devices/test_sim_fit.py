@@ -13,12 +13,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from eopt.calculus.library import write_library
-from eopt.calculus.signature import Signature
 from eopt.cli.sim import command as sim_command
 from eopt.devices import OperatingPoint
-from eopt.devices.sim import SimulatedGPU
-from eopt.devices.sim_fit import (
+from eopt.model.library import write_library
+from eopt.model.signature import Signature
+from eopt.sim.fit import (
     MeasuredTable,
     SimFit,
     SimFitError,
@@ -26,8 +25,9 @@ from eopt.devices.sim_fit import (
     holdout_error,
     read_library_table,
 )
-from eopt.devices.sim_physics import KernelDemand
-from eopt.devices.sim_profiles import load_profile
+from eopt.sim.gpu import SimulatedGPU
+from eopt.sim.physics import KernelDemand
+from eopt.sim.profiles import load_profile
 
 BASE = load_profile("V100-PCIE-16GB")
 F_MAX = BASE.max_sm_clock_mhz

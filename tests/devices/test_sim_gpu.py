@@ -10,10 +10,10 @@ import pytest
 
 from eopt.devices import OperatingPoint, open_devices
 from eopt.devices.base import Clock, Device, DeviceError, MeasureOnlyError
-from eopt.devices.sim import SENSOR_PERIOD_S, SimulatedGPU, VirtualClock
-from eopt.devices.sim_kernels import get_kernel, kernel_names
-from eopt.devices.sim_physics import static_power_w
-from eopt.devices.sim_profiles import available_profiles, load_profile
+from eopt.sim.gpu import SENSOR_PERIOD_S, SimulatedGPU, VirtualClock
+from eopt.sim.kernels import get_kernel, kernel_names
+from eopt.sim.physics import static_power_w
+from eopt.sim.profiles import available_profiles, load_profile
 
 BIG_GEMM = {"m": 16384, "n": 16384, "k": 16384}
 

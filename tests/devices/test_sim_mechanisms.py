@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from eopt.devices import OperatingPoint
-from eopt.devices.sim import Launch, SimulatedGPU
-from eopt.devices.sim_mechanisms import MechanismParams, Mechanisms, NoiseModel, co_run
-from eopt.devices.sim_node import SimulatedNode
-from eopt.devices.sim_physics import static_power_w
+from eopt.sim.gpu import Launch, SimulatedGPU
+from eopt.sim.mechanisms import MechanismParams, Mechanisms, NoiseModel, co_run
+from eopt.sim.node import SimulatedNode
+from eopt.sim.physics import static_power_w
 
 BIG_COPY = {"bytes": 2.0**31}
 BIG_GEMM = {"m": 16384, "n": 16384, "k": 16384}
@@ -386,8 +386,8 @@ def test_co_runs_are_seeded_and_reproducible():
 
 # --------------------------------------------------------------------------- pure model
 def test_the_co_run_model_never_speeds_a_kernel_up():
-    from eopt.devices.sim_mechanisms import CoRunKernel
-    from eopt.devices.sim_profiles import load_profile
+    from eopt.sim.mechanisms import CoRunKernel
+    from eopt.sim.profiles import load_profile
 
     profile = load_profile("A100-SXM4-40GB")
     rng = np.random.default_rng(0)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from eopt.devices.sim_physics import (
+from eopt.sim.physics import (
     GpuPhysics,
     KernelDemand,
     kernel_run,
@@ -20,7 +20,7 @@ from eopt.devices.sim_physics import (
     thermal_step_c,
     voltage_rel,
 )
-from eopt.devices.sim_profiles import load_profile
+from eopt.sim.profiles import load_profile
 
 A100 = load_profile("A100-SXM4-40GB")
 PHYS = A100.physics

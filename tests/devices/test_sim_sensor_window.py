@@ -17,10 +17,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from eopt.devices import sim_profiles
-from eopt.devices.sim import SENSOR_PERIOD_S, SimulatedGPU
-from eopt.devices.sim_profiles import available_profiles, load_profile
 from eopt.measure.meter import Meter, average_window_s
+from eopt.sim import profiles as sim_profiles
+from eopt.sim.gpu import SENSOR_PERIOD_S, SimulatedGPU
+from eopt.sim.profiles import available_profiles, load_profile
 
 #: NVML reports milliwatts: the simulator rounds its readings to 1 mW.
 READING_RESOLUTION_W = 1e-3

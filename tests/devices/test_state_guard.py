@@ -24,7 +24,7 @@ from eopt.devices.guard import (
     warn_if_stale,
 )
 from eopt.devices.nvml import NvmlGPU
-from eopt.devices.sim import SimulatedGPU
+from eopt.sim.gpu import SimulatedGPU
 
 CHANGE = OperatingPoint(sm_clock_mhz=1005, power_limit_w=210)
 

@@ -723,7 +723,7 @@ def test_a_last_line_without_newline_is_fine_when_complete(files: Files, good: G
 # Values and writers ---------------------------------------------------------------------------
 @pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan, 0.0, -1.0, "1410", True])
 def test_operating_points_refuse_clocks_that_are_not_finite_positive_numbers(value: Any) -> None:
-    from eopt.devices.operating_point import OperatingPoint
+    from eopt.model.operating_point import OperatingPoint
 
     for name in ("sm_clock_mhz", "mem_clock_mhz", "power_limit_w"):
         with pytest.raises(ValueError, match=name):
@@ -733,9 +733,9 @@ def test_operating_points_refuse_clocks_that_are_not_finite_positive_numbers(val
 
 
 def test_writers_never_write_nan_or_infinity(tmp_path: Path) -> None:
-    from eopt.calculus.signature import Signature
     from eopt.cli._common import write_json
-    from eopt.fileformats import dumps_json
+    from eopt.model.fileformats import dumps_json
+    from eopt.model.signature import Signature
     from eopt.report import write_trace
     from eopt.report.inputs import Measurement
 
@@ -755,9 +755,9 @@ def test_writers_never_write_nan_or_infinity(tmp_path: Path) -> None:
 
 
 def test_atomic_writes_never_follow_a_planted_temporary_file(tmp_path: Path) -> None:
-    from eopt.calculus.library import write_library
-    from eopt.calculus.signature import Signature
     from eopt.devices.guard import _write_json_atomic
+    from eopt.model.library import write_library
+    from eopt.model.signature import Signature
 
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me")
@@ -774,7 +774,7 @@ def test_atomic_writes_never_follow_a_planted_temporary_file(tmp_path: Path) -> 
 
 
 def test_atomic_write_keeps_the_old_file_mode(tmp_path: Path) -> None:
-    from eopt.fileformats import atomic_write_text
+    from eopt.model.fileformats import atomic_write_text
 
     target = tmp_path / "plan.yaml"
     target.write_text("old")
@@ -784,8 +784,8 @@ def test_atomic_write_keeps_the_old_file_mode(tmp_path: Path) -> None:
 
 
 def test_reports_never_print_nan_or_negative_shares() -> None:
-    from eopt.devices.operating_point import OperatingPoint
-    from eopt.plan.schedule import DeviceInfo, Schedule, ScheduledElement
+    from eopt.model.operating_point import OperatingPoint
+    from eopt.model.schedule import DeviceInfo, Schedule, ScheduledElement
     from eopt.report import render_report
     from eopt.report.inputs import Measurement, Region
 
@@ -803,7 +803,7 @@ def test_reports_never_print_nan_or_negative_shares() -> None:
 
 
 def test_detect_kind_names_every_kind(files: Files, good: Good, tmp_path: Path) -> None:
-    from eopt.fileformats import detect_kind
+    from eopt.model.fileformats import detect_kind
 
     (tmp_path / "trace").mkdir()
     (tmp_path / "trace" / "events.csv").write_text("id,parent_id,name,category,start_ns,end_ns\n")

@@ -29,10 +29,10 @@ from unittest import mock
 import pytest
 
 from eopt.cli import hoist_debug, main
-from eopt.devices.operating_point import OperatingPoint
+from eopt.model.operating_point import OperatingPoint
+from eopt.model.planfile import PlanError
+from eopt.model.schedule import DeviceInfo, Schedule, ScheduledElement, write_schedule
 from eopt.plan.pipeline import MAX_ELEMENTS, MAX_MICROBATCHES, MAX_STAGES
-from eopt.plan.planfile import PlanError
-from eopt.plan.schedule import DeviceInfo, Schedule, ScheduledElement, write_schedule
 
 DEVICES_CONFTEST = Path(__file__).resolve().parents[1] / "devices" / "conftest.py"
 CLOCKS = (1410, 1200, 1005, 810)  # all supported by the fake NVML GPU (1410 … 210 by 15)
@@ -170,7 +170,7 @@ def test_idle_power_with_units_is_read_or_refused(
 
 
 def test_milliwatts_are_milliwatts(workdir: Path, tmp_path: Path) -> None:
-    from eopt.plan.planfile import read_plan
+    from eopt.model.planfile import read_plan
 
     base = ["plan", "pipeline", "--profile", str(workdir / "profile.csv"), "-M", "2", "-q"]
     main([*base, "--idle-power", "83640mW", "-o", str(tmp_path / "p.yaml")])
@@ -247,7 +247,7 @@ def test_other_commands_refuse_in_one_line(
 def test_units_are_accepted_where_numbers_are(
     workdir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from eopt.plan.schedule import read_schedule
+    from eopt.model.schedule import read_schedule
 
     fastest = read_schedule(workdir / "schedule.json").baseline["makespan"]  # type: ignore[index]
     deadline_ms = f"{fastest * 1.2 * 1000:.3f}ms"
@@ -385,7 +385,7 @@ def test_apply_until_exit_refuses_a_per_element_schedule_in_one_line(
 def test_apply_until_exit_locks_a_static_schedule_and_says_so(
     nvml: Any, workdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from eopt.plan.schedule import read_schedule
+    from eopt.model.schedule import read_schedule
 
     static = read_schedule(workdir / "static.json")
     clocks = [static.elements_on(d.name)[0].op_point.sm_clock_mhz for d in static.devices]

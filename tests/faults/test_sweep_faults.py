@@ -20,13 +20,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from eopt import user_code
-from eopt.calculus.library import read_library
 from eopt.cli import cli, main
-from eopt.devices.sim import MAX_SLEEP_S, SimulatedGPU, VirtualClock
-from eopt.devices.sim_kernels import MAX_INVOCATION_S, get_kernel, kernel_names
-from eopt.devices.sim_profiles import available_profiles, load_profile
-from eopt.sweep import MAX_GRID_CELLS, coarse_clocks, parse_values
+from eopt.model.library import read_library
+from eopt.runs import user_code
+from eopt.runs.sweep import MAX_GRID_CELLS, coarse_clocks, parse_values
+from eopt.sim.gpu import MAX_SLEEP_S, SimulatedGPU, VirtualClock
+from eopt.sim.kernels import MAX_INVOCATION_S, get_kernel, kernel_names
+from eopt.sim.profiles import available_profiles, load_profile
 
 QUICK = ["--min-runs", "3", "--min-time", "0", "--warmup", "1"]
 SWEEP_CONFTEST = Path(__file__).resolve().parents[1] / "sweep" / "conftest.py"

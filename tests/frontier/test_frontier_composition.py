@@ -14,10 +14,10 @@ import random
 import numpy as np
 import pytest
 
+from eopt.calculus.frontier import Frontier, FrontierError, FrontierPoint, pareto_mask
 from eopt.calculus.operators import par, par_multi, seq
-from eopt.calculus.signature import Signature
-from eopt.devices.operating_point import OperatingPoint
-from eopt.frontier import Frontier, FrontierError, FrontierPoint, pareto_mask
+from eopt.model.operating_point import OperatingPoint
+from eopt.model.signature import Signature
 
 
 def _cells(

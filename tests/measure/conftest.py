@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from eopt.devices.base import PowerReading, WallClock
-from eopt.devices.operating_point import OperatingPoint
+from eopt.model.operating_point import OperatingPoint
 
 
 class VirtualTimer:

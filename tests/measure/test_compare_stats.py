@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from eopt.measure.compare import RunValues, compare_runs, format_runs
 from eopt.report.compare_table import render_comparison
+from eopt.runs.compare import RunValues, compare_runs, format_runs
 
 DBSCAN = Path(__file__).resolve().parents[1] / "data" / "kokkos_dbscan_h100"
 

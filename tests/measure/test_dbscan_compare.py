@@ -14,10 +14,10 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from eopt.attribute.engine import attribute
 from eopt.cli import attribute as attribute_cli
 from eopt.cli import compare as compare_cli
-from eopt.measure.attribution import attribute
-from eopt.measure.trace_io import read_runs
+from eopt.model.trace_io import read_runs
 
 
 def compare(data_file, *extra: str) -> dict:

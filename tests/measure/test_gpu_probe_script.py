@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from eopt.devices import nvml as eopt_nvml
-from eopt.devices.operating_point import OperatingPoint
-from eopt.devices.sim import SimulatedGPU
+from eopt.model.operating_point import OperatingPoint
+from eopt.sim.gpu import SimulatedGPU
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_readonly_probe.py"
 

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from eopt.attribute.engine import attribute
 from eopt.cli import kokkos as kokkos_cli
 from eopt.cli import measure as measure_cli
-from eopt.measure.attribution import attribute
 from eopt.measure.kokkos import KokkosBuildError, build_connector, connector_env, find_compiler
-from eopt.measure.trace_io import read_events, read_trace, read_traces
+from eopt.model.trace_io import read_events, read_trace, read_traces
 
 KOKKOS_HEADER = Path("/usr/include/trilinos/Kokkos_Core.hpp")
 

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from eopt.cli import measure as measure_cli
-from eopt.measure.trace_io import read_trace
+from eopt.model.trace_io import read_trace
 
 CHILD = textwrap.dedent(
     """
@@ -227,6 +227,6 @@ def test_no_sensor_records_python_regions_and_says_so(tmp_path, monkeypatch) -> 
 
 
 def read_trace_events(folder):
-    from eopt.measure.trace_io import read_events
+    from eopt.model.trace_io import read_events
 
     return read_events(folder / "events.csv")

@@ -9,13 +9,13 @@ import textwrap
 import pytest
 from click.testing import CliRunner
 
+from eopt.attribute.engine import attribute
 from eopt.cli import compare as compare_cli
 from eopt.cli import measure as measure_cli
 from eopt.cli import report as report_cli
 from eopt.cli import trace as trace_cli
-from eopt.measure.attribution import attribute
-from eopt.measure.runset import phase_delay_s
-from eopt.measure.trace_io import read_runs, read_trace
+from eopt.model.trace_io import read_runs, read_trace
+from eopt.runs.runset import phase_delay_s
 
 CHILD = textwrap.dedent(
     """

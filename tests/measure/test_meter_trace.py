@@ -7,8 +7,8 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from eopt.measure.integrate import CounterTrace, SensorTrace, TraceCoverageError
 from eopt.measure.meter import Meter, MeterError
-from eopt.measure.trace import CounterTrace, SensorTrace, TraceCoverageError
 
 P = 0.1  # sensor refresh period, s
 POLL = P / 10

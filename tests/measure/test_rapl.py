@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from eopt.attribute.engine import window_energy
 from eopt.measure import rapl
-from eopt.measure.attribution import window_energy
 from eopt.measure.rapl import (
     RaplError,
     RaplPermissionError,
@@ -29,7 +29,7 @@ from eopt.measure.rapl import (
     powercap_root,
     wrap_modulus_uj,
 )
-from eopt.measure.traces import PowerSeries, Trace
+from eopt.model.trace import PowerSeries, Trace
 
 # The value real Intel packages show: (2³² − 1) × 61.035 µJ, truncated by the kernel.
 MAX_UJ = 262_143_328_850

@@ -155,8 +155,8 @@ def test_measure_command_refuses_a_simulated_gpu(fake_gpu):
 
 
 def test_measure_regions_in_process_on_the_simulated_gpu():
-    from eopt.devices.sim import SimulatedGPU
     from eopt.measure.command import measure_regions
+    from eopt.sim.gpu import SimulatedGPU
 
     gpu = SimulatedGPU(seed=2, energy_counter=False)
     with measure_regions(gpu) as session:

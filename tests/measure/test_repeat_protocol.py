@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from eopt.devices.operating_point import OperatingPoint
 from eopt.measure.meter import Meter
-from eopt.measure.repeat import RepeatPolicy, measure_signature, measure_static_power
+from eopt.model.operating_point import OperatingPoint
+from eopt.runs.repeat import RepeatPolicy, measure_signature, measure_static_power
 
 FAST = RepeatPolicy(warmup=1, min_runs=8, min_time_s=0.0, settle_s=0.2, n_boot=300)
 
@@ -183,9 +183,9 @@ def test_single_run_variance_separates_run_jitter_from_slow_drift(fake_gpu):
 def test_a_tiny_kernel_is_capped_at_max_inner_repeats_and_flagged() -> None:
     """One 5-µs simulated gemm would need 200 000 invocations per 1-s window; the window
     holds at most ``max_inner_repeats`` and the cell says so."""
-    from eopt.devices.sim import SimulatedGPU
     from eopt.measure.meter import Meter
-    from eopt.measure.repeat import RepeatPolicy, measure_signature
+    from eopt.runs.repeat import RepeatPolicy, measure_signature
+    from eopt.sim.gpu import SimulatedGPU
 
     gpu = SimulatedGPU(seed=1)
     policy = RepeatPolicy(warmup=1, min_runs=3, min_time_s=0.0, max_inner_repeats=500)

@@ -12,13 +12,13 @@ import pytest
 from click.testing import CliRunner
 
 from eopt.cli import measure as measure_cli
-from eopt.devices.sim import SimulatedGPU
 from eopt.measure import regions
 from eopt.measure.command import measure_regions
 from eopt.measure.meter import Meter
 from eopt.report.html import render_report
 from eopt.report.inputs import read_measurement
-from eopt.report.trace import schedule_trace
+from eopt.report.perfetto import schedule_trace
+from eopt.sim.gpu import SimulatedGPU
 
 BIG_GEMM = {"m": 16384, "n": 16384, "k": 16384}
 

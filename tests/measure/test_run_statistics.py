@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from eopt.measure.stats import (
+from eopt.runs.stats import (
     bootstrap_ci,
     detect_state_change,
     detect_warmup_drift,

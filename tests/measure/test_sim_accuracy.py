@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from eopt.devices.sim import SimulatedGPU
 from eopt.measure.meter import Meter
-from eopt.measure.repeat import RepeatPolicy, measure_signature, measure_static_power
+from eopt.runs.repeat import RepeatPolicy, measure_signature, measure_static_power
+from eopt.sim.gpu import SimulatedGPU
 
 
 def _region(gpu: SimulatedGPU, meter: Meter, duration_s: float):

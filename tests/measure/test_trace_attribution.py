@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from eopt.attribute.engine import attribute, sum_attributions, window_energy
 from eopt.cli import attribute as attribute_cli
-from eopt.measure.attribution import attribute, sum_attributions, window_energy
-from eopt.measure.trace_io import read_trace, read_traces, write_dashboard
-from eopt.measure.traces import Event, PowerSeries, Trace
+from eopt.model.trace import Event, PowerSeries, Trace
+from eopt.model.trace_io import read_trace, read_traces, write_dashboard
 
 S = 1_000_000_000  # ns per s
 T0 = 1_754_510_259_000_000_000  # an epoch-scale origin: precision must survive it

@@ -6,8 +6,8 @@ import pytest
 from click.testing import CliRunner
 
 from eopt.cli import attribute as attribute_cli
-from eopt.measure.trace_io import read_trace
-from eopt.measure.traces import TraceError
+from eopt.model.trace import TraceError
+from eopt.model.trace_io import read_trace
 
 EVENTS = "id,parent_id,name,category,start_ns,end_ns\n"
 POWER = "timestamp_ns,domain,device_id,power_watts\n"

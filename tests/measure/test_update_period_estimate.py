@@ -9,8 +9,8 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from eopt.devices.sim import SimulatedGPU
 from eopt.measure.sensor_period import estimate_power_update_period, period_from_changes
+from eopt.sim.gpu import SimulatedGPU
 
 
 def _refreshing_reading(clock, period, phase, values):

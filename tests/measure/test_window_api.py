@@ -14,8 +14,6 @@ import pytest
 import eopt.devices
 import eopt.measure
 from eopt.devices.base import MeasureOnlyError
-from eopt.devices.operating_point import OperatingPoint
-from eopt.devices.sim import SimulatedGPU
 from eopt.measure import windows
 from eopt.measure.windows import (
     EnergyMonitor,
@@ -25,6 +23,8 @@ from eopt.measure.windows import (
     monitor,
     window,
 )
+from eopt.model.operating_point import OperatingPoint
+from eopt.sim.gpu import SimulatedGPU
 
 # The counter of the simulated GPU (like NVML's) counts whole millijoules, so a window read
 # at both edges is exact to within one mJ per edge.

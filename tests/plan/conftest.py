@@ -10,11 +10,11 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from eopt.calculus.library import Library
 from eopt.calculus.schedule import compose_schedule
-from eopt.calculus.signature import Signature
-from eopt.plan.planfile import Plan
-from eopt.plan.schedule import Schedule
+from eopt.model.library import Library
+from eopt.model.planfile import Plan
+from eopt.model.schedule import Schedule
+from eopt.model.signature import Signature
 
 Checker = Callable[[Schedule, Plan, Library], None]
 

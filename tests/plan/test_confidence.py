@@ -19,11 +19,13 @@ import pytest
 from click.testing import CliRunner
 from scipy.special import ndtr
 
-from eopt.calculus.library import Library, write_library
 from eopt.calculus.operators import max_moments
-from eopt.calculus.signature import Signature
 from eopt.cli import cli, main
-from eopt.devices.operating_point import OperatingPoint
+from eopt.model.library import Library, write_library
+from eopt.model.operating_point import OperatingPoint
+from eopt.model.planfile import Plan, PlanDevice, PlanElement, PlanError, write_plan
+from eopt.model.schedule import read_schedule
+from eopt.model.signature import Signature
 from eopt.plan.confidence import (
     ConfidenceUnreachableError,
     TimedDag,
@@ -35,9 +37,7 @@ from eopt.plan.confidence import (
     timed_dag,
 )
 from eopt.plan.pipeline import pipeline_plan
-from eopt.plan.planfile import Plan, PlanDevice, PlanElement, PlanError, write_plan
 from eopt.plan.problem import build_problem
-from eopt.plan.schedule import read_schedule
 
 IDLE_W = 60.0
 CLOCKS = (1400, 1250, 1100, 950, 800)

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from eopt.calculus.library import Library
-from eopt.calculus.signature import Signature
-from eopt.plan.planfile import read_plan
+from eopt.model.library import Library
+from eopt.model.planfile import read_plan
+from eopt.model.schedule import ScheduledElement
+from eopt.model.signature import Signature
 from eopt.plan.problem import build_problem, load_plan_library
-from eopt.plan.schedule import ScheduledElement
 from eopt.plan.solve import baseline, solve_plan
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "plans"

@@ -21,13 +21,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from eopt.calculus.library import Library
+from eopt.model.library import Library
+from eopt.model.planfile import Plan
+from eopt.model.schedule import read_schedule, write_schedule
 from eopt.plan import budget as budget_module
 from eopt.plan.budget import SolveTimeLimitError, TimeBudget
 from eopt.plan.perseus import read_perseus_profile
 from eopt.plan.pipeline import pipeline_plan
-from eopt.plan.planfile import Plan
-from eopt.plan.schedule import read_schedule, write_schedule
 from eopt.plan.solve import Savings, savings, solve_plan
 
 IDLE_W = 100.0

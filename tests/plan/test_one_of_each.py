@@ -15,14 +15,14 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-import eopt.frontier_table
-from eopt.calculus.library import Library
+import eopt.model.frontier_table
 from eopt.calculus.schedule import PlacementsError, compose_schedule, read_placements
 from eopt.cli import cli
+from eopt.model.library import Library
+from eopt.model.planfile import read_plan
+from eopt.model.schedule import DeviceInfo, Schedule, ScheduleError, read_schedule, write_schedule
 from eopt.plan import PlanDevice
-from eopt.plan.planfile import read_plan
 from eopt.plan.problem import load_plan_library
-from eopt.plan.schedule import DeviceInfo, Schedule, ScheduleError, read_schedule, write_schedule
 from eopt.plan.solve import solve_plan
 from eopt.report import read_frontier_csv
 
@@ -105,13 +105,13 @@ def test_eopt_solve_frontier_writes_through_the_one_writer(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     written: list[list[dict[str, Any]]] = []
-    real = eopt.frontier_table.write_frontier_csv
+    real = eopt.model.frontier_table.write_frontier_csv
 
     def recording(path: Path, rows: list[dict[str, Any]]) -> Path:
         written.append([dict(r) for r in rows])
         return real(path, rows)
 
-    monkeypatch.setattr(eopt.frontier_table, "write_frontier_csv", recording)
+    monkeypatch.setattr(eopt.model.frontier_table, "write_frontier_csv", recording)
     out = tmp_path / "frontier.csv"
     result = CliRunner().invoke(
         cli, ["solve", str(PLAN), "--frontier", "--points", "4", "-o", str(out)]

@@ -9,9 +9,9 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
+from eopt.model.planfile import PlanError
 from eopt.plan.perseus import ProfileError, read_perseus_profile, stage_count
 from eopt.plan.pipeline import gpipe_order, one_f_one_b_order, pipeline_plan, task_name
-from eopt.plan.planfile import PlanError
 
 
 @pytest.fixture

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from eopt.calculus.library import read_library
 from eopt.cli import cli, main
-from eopt.plan.planfile import read_plan
-from eopt.plan.schedule import read_schedule
+from eopt.model.library import read_library
+from eopt.model.planfile import read_plan
+from eopt.model.schedule import read_schedule
 
 
 @pytest.fixture

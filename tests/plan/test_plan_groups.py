@@ -18,14 +18,14 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pytest
 
-from eopt.calculus.library import Library
 from eopt.calculus.operators import par
 from eopt.calculus.schedule import compose_schedule
-from eopt.calculus.signature import Signature
-from eopt.devices.operating_point import OperatingPoint
-from eopt.plan.planfile import Plan, PlanDevice, PlanElement, PlanError
+from eopt.model.library import Library
+from eopt.model.operating_point import OperatingPoint
+from eopt.model.planfile import Plan, PlanDevice, PlanElement, PlanError
+from eopt.model.schedule import Schedule
+from eopt.model.signature import Signature
 from eopt.plan.problem import build_problem
-from eopt.plan.schedule import Schedule
 from eopt.plan.solve import solve_plan
 
 Checker = Callable[[Schedule, Plan, Library], None]

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from eopt.model.planfile import Plan, PlanError, read_plan, write_plan
 from eopt.plan.pipeline import pipeline_plan
-from eopt.plan.planfile import Plan, PlanError, read_plan, write_plan
 
 GOOD = """\
 schema: eopt.plan/1

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from eopt.calculus.library import Library
+from eopt.model.library import Library
+from eopt.model.planfile import Plan
 from eopt.plan.perseus import read_perseus_profile
 from eopt.plan.pipeline import pipeline_plan
-from eopt.plan.planfile import Plan
 from eopt.plan.problem import build_problem
 from eopt.plan.solve import baseline, solve_plan
 from solvers import evaluate

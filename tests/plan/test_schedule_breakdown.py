@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 import eopt
+from eopt.model.schedule import DeviceInfo, Schedule, ScheduledElement
 from eopt.plan import read_plan, solve_plan
-from eopt.plan.schedule import DeviceInfo, Schedule, ScheduledElement
 from eopt.report.breakdown import energy_breakdown
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "plans"

@@ -17,12 +17,12 @@ import pytest
 from click.testing import CliRunner
 
 from eopt.apply import plan_apply
-from eopt.calculus.library import Library
 from eopt.calculus.schedule import PlacementsError, read_placements
 from eopt.cli import cli
-from eopt.plan.planfile import read_plan
+from eopt.model.library import Library
+from eopt.model.planfile import read_plan
+from eopt.model.schedule import Schedule, read_schedule, write_schedule
 from eopt.plan.problem import load_plan_library
-from eopt.plan.schedule import Schedule, read_schedule, write_schedule
 from eopt.plan.solve import solve_plan
 from eopt.report.breakdown import energy_breakdown
 

@@ -18,15 +18,15 @@ from typing import Any
 
 import pytest
 
-from eopt.calculus.library import Library
 from eopt.calculus.schedule import compose_schedule
-from eopt.calculus.signature import Signature
-from eopt.devices.operating_point import OperatingPoint
+from eopt.model.library import Library
+from eopt.model.operating_point import OperatingPoint
+from eopt.model.planfile import Plan, PlanElement
+from eopt.model.schedule import Schedule, read_schedule, write_schedule
+from eopt.model.signature import Signature
 from eopt.plan.perseus import read_perseus_profile
 from eopt.plan.pipeline import pipeline_plan
-from eopt.plan.planfile import Plan, PlanElement
 from eopt.plan.problem import build_problem
-from eopt.plan.schedule import Schedule, read_schedule, write_schedule
 from eopt.plan.solve import solve_plan
 
 

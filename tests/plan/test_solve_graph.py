@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from eopt.calculus.context import Context, EntryContext
 from eopt.calculus.interactions import EntryEdge, InteractionGraph, write_interactions
-from eopt.calculus.signature import Signature
 from eopt.cli import cli, main
+from eopt.model.context import Context, EntryContext
+from eopt.model.signature import Signature
 
 PLAN = """schema: eopt.plan/1
 name: two

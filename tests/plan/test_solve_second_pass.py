@@ -24,14 +24,14 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from eopt.calculus.library import Library
-from eopt.calculus.signature import Signature
 from eopt.cli import cli, main
-from eopt.devices.operating_point import OperatingPoint
+from eopt.model.library import Library
+from eopt.model.operating_point import OperatingPoint
+from eopt.model.planfile import Plan, PlanDevice, PlanElement
+from eopt.model.schedule import read_schedule
+from eopt.model.signature import Signature
 from eopt.plan.perseus import read_perseus_profile
 from eopt.plan.pipeline import pipeline_plan
-from eopt.plan.planfile import Plan, PlanDevice, PlanElement
-from eopt.plan.schedule import read_schedule
 from eopt.plan.solve import solve_plan
 
 IDLE_W = 80.0

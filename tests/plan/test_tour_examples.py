@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from eopt.cli import main
-from eopt.plan.schedule import read_schedule
+from eopt.model.schedule import read_schedule
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 GPT3_SHA256 = "362bb134259443524cb6617bdb9f5309cf9952076670765e3c39e0bb12c456a7"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from eopt.devices.operating_point import OperatingPoint
-from eopt.plan.schedule import DeviceInfo, Schedule, ScheduledElement
+from eopt.model.operating_point import OperatingPoint
+from eopt.model.schedule import DeviceInfo, Schedule, ScheduledElement
 
 
 def _element(

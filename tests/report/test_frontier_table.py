@@ -10,11 +10,11 @@ import pytest
 from click.testing import CliRunner
 
 from eopt.calculus import Signature
-from eopt.calculus.library import write_library
+from eopt.calculus.frontier import Frontier
 from eopt.cli import cli
-from eopt.devices.operating_point import OperatingPoint
-from eopt.frontier import Frontier
-from eopt.frontier_table import write_frontier_csv
+from eopt.model.frontier_table import write_frontier_csv
+from eopt.model.library import write_library
+from eopt.model.operating_point import OperatingPoint
 from eopt.report import read_frontier_csv
 
 

@@ -9,8 +9,8 @@ from html.parser import HTMLParser
 
 import pytest
 
-from eopt.calculus.signature import Signature
-from eopt.devices.operating_point import OperatingPoint
+from eopt.model.operating_point import OperatingPoint
+from eopt.model.signature import Signature
 from eopt.report import (
     ReportInputError,
     baseline_of,
@@ -236,7 +236,7 @@ def test_gantt_legend_names_power_limits_and_mixed_settings(schedule):
 def test_breakdown_counts_setting_changes(schedule):
     """Devices that pay 1 ms and 0.5 J per setting change: stage0 changes 1410 → 1200
     and stage1 1410 → 1005 once each, so 1 J more and 2 ms less idle at 60 W."""
-    from eopt.plan.schedule import DeviceInfo
+    from eopt.model.schedule import DeviceInfo
 
     devices = tuple(
         DeviceInfo(d.name, d.idle_power_w, d.gpu, transition_time_s=0.001, transition_energy_j=0.5)

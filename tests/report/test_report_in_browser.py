@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from eopt.calculus.signature import Signature
-from eopt.devices.operating_point import OperatingPoint
+from eopt.model.operating_point import OperatingPoint
+from eopt.model.signature import Signature
 from eopt.report import write_report
 
 # Every request goes to a dead proxy and no name resolves: a page that needed the

@@ -8,11 +8,11 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from eopt.calculus.signature import Signature
+from eopt.calculus.frontier import Frontier
 from eopt.cli import main
-from eopt.devices.operating_point import OperatingPoint
-from eopt.frontier import Frontier
-from eopt.plan.schedule import write_schedule
+from eopt.model.operating_point import OperatingPoint
+from eopt.model.schedule import write_schedule
+from eopt.model.signature import Signature
 from eopt.report import (
     Measurement,
     Region,

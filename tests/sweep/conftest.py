@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from eopt.devices.base import PowerReading, WallClock
-from eopt.devices.operating_point import OperatingPoint
+from eopt.model.operating_point import OperatingPoint
 
 
 class WallGPU:

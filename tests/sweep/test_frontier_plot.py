@@ -8,11 +8,11 @@ import re
 import pytest
 from click.testing import CliRunner
 
-from eopt.calculus.library import Library
-from eopt.calculus.signature import Signature
+from eopt.calculus.frontier import Frontier
 from eopt.cli import cli
-from eopt.devices.operating_point import OperatingPoint
-from eopt.frontier import Frontier
+from eopt.model.library import Library
+from eopt.model.operating_point import OperatingPoint
+from eopt.model.signature import Signature
 from eopt.report.frontier_plot import LOG_SPAN, plot_element_frontiers
 
 QUICK = ["--min-runs", "3", "--min-time", "0", "--warmup", "1", "-q"]

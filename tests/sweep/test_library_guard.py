@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from eopt.calculus.library import read_library
 from eopt.cli import cli
 from eopt.devices.base import DeviceError
-from eopt.devices.sim import SimulatedGPU
 from eopt.measure.meter import Meter, MeterError
-from eopt.measure.repeat import RepeatPolicy
-from eopt.sweep import Grid, LibraryInUseError, parse_kernel, repair_library_tail, sweep
+from eopt.model.library import read_library
+from eopt.runs.repeat import RepeatPolicy
+from eopt.runs.sweep import Grid, LibraryInUseError, parse_kernel, repair_library_tail, sweep
+from eopt.sim.gpu import SimulatedGPU
 
 QUICK = ["--min-runs", "3", "--min-time", "0", "--warmup", "1"]
 LAYERNORM = ["sweep", "sim:layernorm", "--impls", "apex", *QUICK]
@@ -31,9 +31,9 @@ TINY = RepeatPolicy(
 # A sweep in a second process that stops before its first cell until told to go on.
 _WRITER = """
 import sys
-from eopt.devices.sim import SimulatedGPU
-from eopt.measure.repeat import RepeatPolicy
-from eopt.sweep import Grid, parse_kernel, sweep
+from eopt.sim.gpu import SimulatedGPU
+from eopt.runs.repeat import RepeatPolicy
+from eopt.runs.sweep import Grid, parse_kernel, sweep
 
 gpu = SimulatedGPU()
 kernel = parse_kernel("sim:layernorm", impls=["apex"])

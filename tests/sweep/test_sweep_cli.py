@@ -9,9 +9,9 @@ import textwrap
 import pytest
 from click.testing import CliRunner
 
-from eopt.calculus.library import read_library
 from eopt.cli import cli
-from eopt.devices.sim import SimulatedGPU
+from eopt.model.library import read_library
+from eopt.sim.gpu import SimulatedGPU
 
 QUICK = ["--min-runs", "3", "--min-time", "0", "--warmup", "1"]
 

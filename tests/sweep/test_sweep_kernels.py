@@ -7,10 +7,9 @@ import textwrap
 
 import pytest
 
-from eopt.devices.sim import SimulatedGPU
 from eopt.measure.command import MeasureError
-from eopt.measure.repeat import RepeatPolicy
-from eopt.sweep import (
+from eopt.runs.repeat import RepeatPolicy
+from eopt.runs.sweep import (
     CommandKernel,
     Grid,
     KernelError,
@@ -21,6 +20,7 @@ from eopt.sweep import (
     parse_values,
     sweep,
 )
+from eopt.sim.gpu import SimulatedGPU
 
 # Wall-clock runs: tiny windows (the fake's counter is exact) keep the tests short.
 TINY = RepeatPolicy(
@@ -187,14 +187,14 @@ def test_a_failing_callable_names_the_cell_and_keeps_finished_ones(
     out = tmp_path / "b.jsonl"
     with pytest.raises(KernelError, match="implementation 'bad' raised ValueError: out of memory"):
         sweep(kernel, Grid.build(kernel, wall_gpu, clocks="1410"), wall_gpu, out, policy=TINY)
-    from eopt.calculus.library import read_library
+    from eopt.model.library import read_library
 
     assert [s.impl for s in read_library(out)] == ["good"]
     assert wall_gpu.op == wall_gpu.original
 
 
 def test_kernels_given_by_file_path_are_named_after_the_file(tmp_path, monkeypatch):
-    from eopt import user_code
+    from eopt.runs import user_code
 
     monkeypatch.setattr(user_code._FINDER, "folders", [])  # forget the folder afterwards
     monkeypatch.chdir(tmp_path)

@@ -17,12 +17,12 @@ import pynvml
 import pytest
 from click.testing import CliRunner
 
-from eopt.calculus.library import read_library
 from eopt.cli import cli
 from eopt.cli._common import UserError
 from eopt.devices.nvml import NvmlGPU
-from eopt.measure.repeat import RepeatPolicy
-from eopt.sweep import (
+from eopt.model.library import read_library
+from eopt.runs.repeat import RepeatPolicy
+from eopt.runs.sweep import (
     Grid,
     PythonKernel,
     SweepError,
@@ -65,7 +65,7 @@ def timed_nvml(nvml_fake_module, monkeypatch):
         made = _fake_gpus(m, gpus, energy=None, power_mw=60_000)
         fake = m.FakePynvml(made, time=m.FakeTime())
         monkeypatch.setattr("eopt.devices.nvml.pynvml", fake)
-        monkeypatch.setattr("eopt.sweep.require_wall_clock", lambda device, what: None)
+        monkeypatch.setattr("eopt.runs.sweep.require_wall_clock", lambda device, what: None)
         return fake
 
     return make

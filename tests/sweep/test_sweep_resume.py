@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from eopt.calculus.library import read_library
-from eopt.devices.sim import SimulatedGPU
-from eopt.measure.repeat import RepeatPolicy
-from eopt.sweep import Cell, Grid, SweepError, parse_kernel, sweep
+from eopt.model.library import read_library
+from eopt.runs.repeat import RepeatPolicy
+from eopt.runs.sweep import Cell, Grid, SweepError, parse_kernel, sweep
+from eopt.sim.gpu import SimulatedGPU
 
 # Short windows keep the tests fast; the counter path (the sim has one) resolves them.
 FAST = RepeatPolicy(

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from eopt.fileformats import atomic_write_text
+from eopt.model.fileformats import atomic_write_text
 
 __all__ = ["ENERGY_COLUMNS", "TIME_COLUMNS", "write_frontier_csv"]
 
@@ -42,7 +42,7 @@ def write_frontier_csv(path: str | os.PathLike[str], rows: Sequence[Mapping[str,
     The one writer of frontier tables: ``eopt solve --frontier -o F.csv`` passes plan
     points (``makespan_s``, ``energy_j``, ``energy_std_j``, ``lower_bound_j``, ``gap``,
     ``status``), ``eopt frontier --csv`` element points (``element``, ``time_s``,
-    ``energy_j`` … as :meth:`eopt.frontier.Frontier.to_rows`). Columns are the rows' keys
+    ``energy_j`` … as :meth:`eopt.calculus.frontier.Frontier.to_rows`). Columns are the rows' keys
     in first-seen order; numbers are written with every digit (``repr``), so they read
     back exactly; ``None`` and other non-finite optional values become empty cells,
     which the reader takes as unknown.

@@ -2,13 +2,13 @@
 
 A sweep walks a :class:`Grid` of cells, one device-wide operating point at a time: set the
 point, measure the ready device's static power once, then measure every implementation
-there (:func:`eopt.measure.repeat.measure_signature`). Each finished cell is appended to
+there (:func:`eopt.runs.repeat.measure_signature`). Each finished cell is appended to
 the ``.jsonl`` library at once, so an interrupted sweep loses at most the cell it was
 in; ``resume=True`` skips the cells already in the file. The device's original settings
 are restored however the sweep ends.
 
 One writer per library: a sweep holds an exclusive lock on ``<library>.lock`` (see
-:mod:`eopt.lockfile`) from before it reads the file until it ends, and a second sweep on
+:mod:`eopt.model.lockfile`) from before it reads the file until it ends, and a second sweep on
 the same file stops at once with :class:`LibraryInUseError`, naming the holder. On opening
 the library a sweep repairs what a crash leaves at its end (:func:`repair_library_tail`):
 a missing final newline is added, and a torn final line is moved to a file beside the
@@ -19,7 +19,7 @@ Three kinds of kernel (:func:`parse_kernel`):
 * ``sim:<kernel>`` — a kernel of the simulated GPU's catalog (virtual time, any machine);
 * ``module:function`` or ``path/to/file.py:function`` — a Python callable run on the wall
   clock on a real GPU, imported so that no file in the working directory can stand in for
-  an installed module (:mod:`eopt.user_code`);
+  an installed module (:mod:`eopt.runs.user_code`);
 * commands, one per implementation (the whole process is the measured region): a shell
   command line, or an argument list run without a shell.
 
@@ -43,14 +43,14 @@ work ends with its process.
 
 What a cell records is what the device ran at, read back, never the request alone: the
 per-window SM clock, clocks-event reasons and enforced power limit
-(:mod:`eopt.measure.repeat`), with flags where they differ from the cell's operating
+(:mod:`eopt.runs.repeat`), with flags where they differ from the cell's operating
 point; the meter's method, power field and periods; and notes the device made while
 setting the point. A setting the GPU cannot make (a memory-clock lock it does not support,
 a power limit on a GPU without power management) fails the sweep before that point is
 measured.
 
 Example:
-    >>> from eopt.devices.sim import SimulatedGPU
+    >>> from eopt.sim.gpu import SimulatedGPU
     >>> gpu = SimulatedGPU()
     >>> kernel = parse_kernel("sim:gemm", params={"m": 4096, "n": 4096, "k": 4096})
     >>> grid = Grid.build(kernel, gpu, clocks="1410,1200")
@@ -75,16 +75,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from eopt.calculus.context import ISOLATED, device_entry_context
-from eopt.calculus.library import append_signature, read_library
-from eopt.calculus.signature import Signature
 from eopt.devices.base import Device, DeviceError
-from eopt.devices.operating_point import OperatingPoint
-from eopt.lockfile import LockBusyError, ProcessLock
 from eopt.measure.command import MeasureError, require_wall_clock
 from eopt.measure.meter import Meter, MeterMethod
-from eopt.measure.repeat import RepeatPolicy, measure_signature, measure_static_power
-from eopt.user_code import UserCodeError, import_callable, module_label
+from eopt.model.context import ISOLATED, device_entry_context
+from eopt.model.library import append_signature, read_library
+from eopt.model.lockfile import LockBusyError, ProcessLock
+from eopt.model.operating_point import OperatingPoint
+from eopt.model.signature import Signature
+from eopt.runs.repeat import RepeatPolicy, measure_signature, measure_static_power
+from eopt.runs.user_code import UserCodeError, import_callable, module_label
 
 __all__ = [
     "MAX_GRID_CELLS",
@@ -412,7 +412,7 @@ def parse_kernel(
     if spec.startswith("sim:"):
         if sync:
             raise SweepError("--sync does not apply to simulated kernels")
-        from eopt.devices.sim_kernels import get_kernel, kernel_names
+        from eopt.sim.kernels import get_kernel, kernel_names
 
         kernel = spec[4:]
         try:
@@ -1000,10 +1000,10 @@ def sweep(
     ``op_point_set`` (whether eopt set the point or measured at the current setting),
     ``device_uuid``, ``device_notes`` (what the device noted setting the point),
     ``context`` (the entry context φ the cell's windows started from and the runtime
-    context ρ, empty: cells run alone; :mod:`eopt.calculus.context`), ``exit_context``
+    context ρ, empty: cells run alone; :mod:`eopt.model.context`), ``exit_context``
     (the state the cell left behind) and, from
     the repeat protocol, what the device ran at per window and the flags where that
-    differs from the point (:mod:`eopt.measure.repeat`).
+    differs from the point (:mod:`eopt.runs.repeat`).
 
     Raises:
         SweepError: for what :func:`check_sweep` refuses, or cells already measured

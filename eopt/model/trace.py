@@ -2,7 +2,7 @@
 
 Every source of measurements (a recorded trace folder, eopt's own measurement JSON, a
 power CSV from ``nvidia-smi`` or DCGM, the meter of ``eopt measure``) becomes a
-:class:`Trace`, and one engine (:mod:`eopt.measure.attribution`) charges its energy to its
+:class:`Trace`, and one engine (:mod:`eopt.attribute.engine`) charges its energy to its
 events. Times are integer nanoseconds since the UNIX epoch (or since any origin the source
 used); the engine converts them to seconds from the trace's own start, so no precision is
 lost to 64-bit floats at epoch scale.

@@ -2,7 +2,7 @@
 
 A kernel maps a workload θ (sizes) to FLOPs and bytes; an implementation κ sets how close
 it gets to the GPU's peaks and how busy it keeps the chip. Together with a GPU profile
-this gives the :class:`~eopt.devices.sim_physics.KernelDemand` the physics runs.
+this gives the :class:`~eopt.sim.physics.KernelDemand` the physics runs.
 
 Workloads are bounded: sizes must be finite and non-negative, and one invocation may run
 at most :data:`MAX_INVOCATION_S` of simulated time at the GPU's lowest clock, so the
@@ -30,8 +30,8 @@ from typing import Any
 
 import yaml
 
-from eopt.devices.sim_physics import KernelDemand
-from eopt.devices.sim_profiles import GpuProfile
+from eopt.sim.physics import KernelDemand
+from eopt.sim.profiles import GpuProfile
 
 __all__ = [
     "MAX_INVOCATION_S",
@@ -422,7 +422,7 @@ def _calibrated_kernel(name: str, data: Mapping[str, Any], where: str) -> SimKer
 @functools.lru_cache(maxsize=1)
 def _catalog() -> dict[str, SimKernel]:
     catalog = dict(_BUILTIN)
-    path = resources.files("eopt.devices").joinpath("profiles", _CALIBRATION_FILE)
+    path = resources.files("eopt.sim").joinpath("data", _CALIBRATION_FILE)
     if path.is_file():
         where = f"profiles/{_CALIBRATION_FILE}"
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}

@@ -40,8 +40,8 @@ from typing import Any
 
 import numpy as np
 
-from eopt.fileformats import atomic_write_text, dumps_json, json_ready
-from eopt.measure.traces import (
+from eopt.model.fileformats import atomic_write_text, dumps_json, json_ready
+from eopt.model.trace import (
     CATEGORIES,
     DOMAINS,
     Event,

@@ -15,8 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from eopt.devices.operating_point import OperatingPoint
-from eopt.fileformats import (
+from eopt.model.fileformats import (
     FileFormatError,
     Where,
     atomic_write_text,
@@ -35,7 +34,8 @@ from eopt.fileformats import (
     string,
     within_run,
 )
-from eopt.plan.planfile import PlanDevice
+from eopt.model.operating_point import OperatingPoint
+from eopt.model.planfile import PlanDevice
 
 __all__ = [
     "SCHEMA",
@@ -89,7 +89,7 @@ class ScheduledElement:
 
 
 DeviceInfo = PlanDevice
-"""A schedule's device is the plan's device (:class:`eopt.plan.planfile.PlanDevice`);
+"""A schedule's device is the plan's device (:class:`eopt.model.planfile.PlanDevice`);
 the name stays for importers."""
 
 

@@ -1,7 +1,7 @@
 """The runs of one variant, as the numbers a comparison needs (``eopt compare``).
 
-Each run is read as a trace (:func:`eopt.measure.trace_io.read_runs`), attributed with the
-one engine (:func:`eopt.measure.attribution.attribute`), and reduced to its time and
+Each run is read as a trace (:func:`eopt.model.trace_io.read_runs`), attributed with the
+one engine (:func:`eopt.attribute.engine.attribute`), and reduced to its time and
 energy: of a named region (summed over the region's calls) or of the whole run.
 """
 
@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from eopt.measure.attribution import EdgeRule, attribute, window_energy
-from eopt.measure.compare import RunValues
-from eopt.measure.trace_io import read_runs
-from eopt.measure.traces import Trace, TraceError
+from eopt.attribute.engine import EdgeRule, attribute, window_energy
+from eopt.model.trace import Trace, TraceError
+from eopt.model.trace_io import read_runs
+from eopt.runs.compare import RunValues
 
 __all__ = ["load_variant", "run_values"]
 

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from eopt.fileformats import Where, mapping, no_unknown, number, sequence, string
+from eopt.model.fileformats import Where, mapping, no_unknown, number, sequence, string
 
 __all__ = [
     "ISOLATED",

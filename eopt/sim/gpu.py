@@ -6,7 +6,7 @@ advances virtual time (the simulated GPUs idle or finish queued work meanwhile) 
 measurement layer's power sampler runs unchanged on the simulator.
 
 :class:`SimulatedGPU` implements :class:`~eopt.devices.base.Device` with the physics of
-:mod:`eopt.devices.sim_physics`, the kernels of :mod:`eopt.devices.sim_kernels` and
+:mod:`eopt.sim.physics`, the kernels of :mod:`eopt.sim.kernels` and
 NVML-like sensors: a cumulative energy counter with mJ resolution (can be disabled), and a
 power sensor that updates every 100 ms with seeded noise. Its ``average`` field is the mean
 over only the last ``power_average_window_s`` before each update (25 ms on the shipped
@@ -16,9 +16,9 @@ the update. Ground truth for tests: :meth:`SimulatedGPU.true_energy_j`,
 :meth:`SimulatedGPU.power_trace` and :attr:`SimulatedGPU.last_power_update_s`.
 
 Kernels run on streams: one stream runs its kernels one after the other, different
-streams co-run. The interaction mechanisms of :mod:`eopt.devices.sim_mechanisms` (thermal,
+streams co-run. The interaction mechanisms of :mod:`eopt.sim.mechanisms` (thermal,
 SM and bandwidth contention, power-limit coupling, cache warmth, clock settling, and on a
-:class:`~eopt.devices.sim_node.SimulatedNode` the fabric and the power budget) are applied
+:class:`~eopt.sim.node.SimulatedNode` the fabric and the power budget) are applied
 event by event: whenever a running set changes, every running kernel's rate and the
 device's power are recomputed, and energy is integrated exactly over the constant-rate
 segments in between. Every :class:`KernelRecord` carries its entry context φ and runtime
@@ -45,9 +45,9 @@ from typing import Any
 import numpy as np
 
 from eopt.devices.base import DeviceError, MeasureOnlyError, PowerReading
-from eopt.devices.operating_point import OperatingPoint
-from eopt.devices.sim_kernels import SimKernel, get_kernel
-from eopt.devices.sim_mechanisms import (
+from eopt.model.operating_point import OperatingPoint
+from eopt.sim.kernels import SimKernel, get_kernel
+from eopt.sim.mechanisms import (
     CoRunKernel,
     MechanismParams,
     Mechanisms,
@@ -58,7 +58,7 @@ from eopt.devices.sim_mechanisms import (
     warmth_after_idle,
     warmth_after_traffic,
 )
-from eopt.devices.sim_physics import (
+from eopt.sim.physics import (
     KernelDemand,
     KernelRun,
     kernel_run,
@@ -66,7 +66,7 @@ from eopt.devices.sim_physics import (
     static_power_w,
     thermal_step_c,
 )
-from eopt.devices.sim_profiles import SENSOR_PERIOD_S, GpuProfile, load_profile
+from eopt.sim.profiles import SENSOR_PERIOD_S, GpuProfile, load_profile
 
 __all__ = [
     "DEFAULT_STREAM",
@@ -373,7 +373,7 @@ class SimulatedGPU:
     ``launch``/``enqueue`` calls use the default stream, so they never overlap.
 
     Args:
-        model: Profile name (see :func:`eopt.devices.sim_profiles.available_profiles`).
+        model: Profile name (see :func:`eopt.sim.profiles.available_profiles`).
         index: Device index; the name is ``sim<index>``.
         clock: Virtual clock to run on (shared by GPUs that run side by side); a new one
             by default.
@@ -755,7 +755,7 @@ class SimulatedGPU:
         Raises:
             ValueError: for an unknown kernel, implementation or workload key, or a
                 workload whose invocation would run longer than the simulator allows
-                (:data:`eopt.devices.sim_kernels.MAX_INVOCATION_S` at the lowest clock).
+                (:data:`eopt.sim.kernels.MAX_INVOCATION_S` at the lowest clock).
         """
         return self._lookup(kernel, impl, workload)[2]
 

@@ -1,8 +1,8 @@
-"""GPU model profiles for the simulated GPU, kept as YAML data in ``profiles/``.
+"""GPU model profiles for the simulated GPU, kept as YAML data in ``data/``.
 
 A profile names the model, its SM clock table, memory clocks, power-limit range, SM count,
 peak FLOP/s, memory and link bandwidth, its power sensor's averaging window, and its
-physical parameters (:class:`~eopt.devices.sim_physics.GpuPhysics`). ``base:`` inherits
+physical parameters (:class:`~eopt.sim.physics.GpuPhysics`). ``base:`` inherits
 another profile and overrides some keys (the ``physics`` section key by key).
 
 Each profile says where its physics comes from (``provenance``): fitted to measured data
@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from eopt.devices.sim_physics import GpuPhysics
+from eopt.sim.physics import GpuPhysics
 
 __all__ = [
     "DEFAULT_POWER_AVERAGE_WINDOW_S",
@@ -41,8 +41,8 @@ SENSOR_PERIOD_S = 0.1
 #: H100 boards. Used when a profile does not say.
 DEFAULT_POWER_AVERAGE_WINDOW_S = 0.025
 
-_PACKAGE = "eopt.devices"
-_DIR = "profiles"
+_PACKAGE = "eopt.sim"
+_DIR = "data"
 
 
 @dataclass(frozen=True)

@@ -40,11 +40,11 @@ from typing import Any
 
 import numpy as np
 
-from eopt.calculus.signature import Signature
 from eopt.devices.base import Device, SensorReadError, Timer
-from eopt.devices.operating_point import OperatingPoint
 from eopt.measure.meter import Meter, WindowEnergy
-from eopt.measure.stats import Summary, detect_state_change, detect_warmup_drift, summarize
+from eopt.model.operating_point import OperatingPoint
+from eopt.model.signature import Signature
+from eopt.runs.stats import Summary, detect_state_change, detect_warmup_drift, summarize
 
 __all__ = [
     "SLOWDOWN_REASONS",

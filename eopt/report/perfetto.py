@@ -18,10 +18,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from eopt.fileformats import atomic_write_text, dumps_json
-from eopt.measure.attribution import Attribution
-from eopt.measure.traces import Trace
-from eopt.plan.schedule import Schedule
+from eopt.attribute.engine import Attribution
+from eopt.model.fileformats import atomic_write_text, dumps_json
+from eopt.model.schedule import Schedule
+from eopt.model.trace import Trace
 from eopt.report.inputs import Measurement
 
 __all__ = ["predicted_power", "schedule_trace", "write_trace"]

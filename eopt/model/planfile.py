@@ -52,7 +52,7 @@ from typing import Any
 import networkx as nx
 import yaml
 
-from eopt.fileformats import (
+from eopt.model.fileformats import (
     FileFormatError,
     Where,
     atomic_write_text,
@@ -94,7 +94,7 @@ class PlanDevice:
     """A device of a plan, and of the schedules solved from it.
 
     One class for both: a schedule carries its plan's devices as they are
-    (``eopt.plan.schedule.DeviceInfo`` is this class). The two files lay a device out
+    (``eopt.model.schedule.DeviceInfo`` is this class). The two files lay a device out
     differently — a plan nests ``transition: {time_s, energy_j}``, a schedule writes
     ``transition_time_s``/``transition_energy_j`` flat — but read into this one value.
 

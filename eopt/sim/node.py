@@ -1,6 +1,6 @@
 """A simulated node: several simulated GPUs sharing an interconnect and a power budget.
 
-The GPUs run on one :class:`~eopt.devices.sim.VirtualClock`. Whenever the running set of
+The GPUs run on one :class:`~eopt.sim.gpu.VirtualClock`. Whenever the running set of
 any of them changes, the node re-solves all of them together:
 
 * ``interconnect``: collectives (kernels that move their bytes over the GPU links) on all
@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from eopt.devices.sim import SimulatedGPU, VirtualClock
-from eopt.devices.sim_mechanisms import (
+from eopt.sim.gpu import SimulatedGPU, VirtualClock
+from eopt.sim.mechanisms import (
     MechanismParams,
     Mechanisms,
     NoiseModel,

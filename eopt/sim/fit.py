@@ -4,7 +4,7 @@ A measured table holds one row per kernel and operating point (an SM clock, a me
 clock, a power limit) with the measured time and average power, and optionally the
 ready device's static power (signature libraries carry it). :func:`fit_sim` finds the
 GPU's shared physics (voltage curve, static power, the memory side's share of the SM
-clock, throttling spread) and a :class:`~eopt.devices.sim_physics.KernelDemand` per
+clock, throttling spread) and a :class:`~eopt.sim.physics.KernelDemand` per
 kernel with :func:`scipy.optimize.least_squares`; :func:`holdout_error` says how well the
 fit predicts clocks or kernels it never saw. :func:`read_library_table` turns a signature
 library (``eopt sweep``'s ``.jsonl``) into a table, so a user can fit the simulator to a
@@ -24,8 +24,8 @@ import numpy as np
 from scipy.optimize import least_squares
 from scipy.sparse import lil_matrix
 
-from eopt.devices.sim_physics import GpuPhysics, KernelDemand, static_power_w, steady_state_run
-from eopt.devices.sim_profiles import GpuProfile
+from eopt.sim.physics import GpuPhysics, KernelDemand, static_power_w, steady_state_run
+from eopt.sim.profiles import GpuProfile
 
 __all__ = [
     "HOLDOUTS",
@@ -689,10 +689,10 @@ def read_library_table(path: str | os.PathLike[str]) -> tuple[MeasuredTable, str
 
     Raises:
         SimFitError: naming the file, the line and the fix when the library cannot be
-            read (see :func:`eopt.calculus.library.read_library`), is empty, or holds a
+            read (see :func:`eopt.model.library.read_library`), is empty, or holds a
             signature without an SM clock or power limit.
     """
-    from eopt.calculus.library import read_library_lines
+    from eopt.model.library import read_library_lines
 
     p = Path(path)
     try:

@@ -17,7 +17,7 @@ those not dominated, by a point of the same device-wide setting, in every quanti
 through which an element can enter a parallel composite (see ``_coupling_mask``).
 
 Example:
-    >>> from eopt.calculus.signature import Signature
+    >>> from eopt.model.signature import Signature
     >>> cells = [Signature("f", 50.0, 1.0, 80.0), Signature("f", 50.0, 2.0, 10.0),
     ...          Signature("f", 50.0, 2.5, 30.0)]
     >>> [p.time for p in Frontier.from_signatures(cells, dominance="point").points]
@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 
 from eopt.calculus.operators import clark_max
-from eopt.calculus.signature import Signature
 from eopt.calculus.uncertainty import c_alpha
+from eopt.model.signature import Signature
 
 __all__ = ["MIXED_SETTING", "Frontier", "FrontierError", "FrontierPoint", "pareto_mask"]
 

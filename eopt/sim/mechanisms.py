@@ -16,7 +16,7 @@ Two channels carry one kernel's influence on another's energy (paper §3.1, §3.
 state) that any measurement of the above must see through.
 
 :class:`Mechanisms` switches each on or off; the pure functions here compute what a set
-of co-running kernels does at a device setting. :mod:`eopt.devices.sim` runs them on
+of co-running kernels does at a device setting. :mod:`eopt.sim.gpu` runs them on
 virtual time.
 
 Contention model (explicit, no fixed point): every kernel *demands* the share of each
@@ -24,7 +24,7 @@ resource it uses when it runs alone at its own clock; a resource whose summed de
 exceeds its capacity is shared in proportion to demand, so every user's part that needs it
 stretches by ``summed demand / capacity``. The stretched compute and memory parts combine
 with the kernel's own overlap exponent (the single-kernel roofline of
-:mod:`eopt.devices.sim_physics`).
+:mod:`eopt.sim.physics`).
 
 Assumptions:
     Kernels on different streams start on whatever SMs are free and share them by demand
@@ -42,7 +42,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from eopt.devices.sim_physics import GpuPhysics, static_power_w, voltage_rel
+from eopt.sim.physics import GpuPhysics, static_power_w, voltage_rel
 
 __all__ = [
     "CoRunKernel",

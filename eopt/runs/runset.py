@@ -8,7 +8,7 @@ A run set is a folder::
       run_002/            metadata.json)
       …
 
-``eopt compare`` and :func:`eopt.measure.trace_io.read_runs` read it.
+``eopt compare`` and :func:`eopt.model.trace_io.read_runs` read it.
 
 Phase shifts: a power sensor that refreshes every period P and averages only part of each
 period sees a short region at the same phase on every run, so repeating a run does not
@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from eopt.devices.base import Device
-from eopt.fileformats import atomic_write_text, dumps_json, json_ready
 from eopt.measure.command import measure_command
 from eopt.measure.meter import MeterMethod
-from eopt.measure.trace_io import write_dashboard
+from eopt.model.fileformats import atomic_write_text, dumps_json, json_ready
+from eopt.model.trace_io import write_dashboard
 
 __all__ = [
     "RUNSET_SCHEMA",

@@ -7,9 +7,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from eopt.calculus.context import Context, ContextError
-from eopt.devices.operating_point import OperatingPoint
-from eopt.fileformats import (
+from eopt.model.context import Context, ContextError
+from eopt.model.fileformats import (
     Where,
     json_ready,
     mapping,
@@ -19,6 +18,7 @@ from eopt.fileformats import (
     sequence,
     string,
 )
+from eopt.model.operating_point import OperatingPoint
 
 __all__ = ["SCHEMA", "Signature", "SignatureError"]
 
@@ -190,7 +190,7 @@ class Signature:
 
         Every field is checked (types, finite numbers ≥ 0, no unknown fields); a
         library adds that a measured element takes time (see
-        :func:`eopt.calculus.library.read_library`).
+        :func:`eopt.model.library.read_library`).
 
         Args:
             data: The parsed object.

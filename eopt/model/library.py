@@ -6,8 +6,7 @@ import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from eopt.calculus.signature import Signature, SignatureError
-from eopt.fileformats import (
+from eopt.model.fileformats import (
     FileFormatError,
     Where,
     atomic_write_text,
@@ -17,6 +16,7 @@ from eopt.fileformats import (
     parse_json,
     refuse_other_kind,
 )
+from eopt.model.signature import Signature, SignatureError
 
 __all__ = [
     "Library",
@@ -66,7 +66,7 @@ def read_library(path: str | os.PathLike[str]) -> list[Signature]:
     """Read every signature of a ``.jsonl`` library.
 
     Every line is validated as :meth:`Signature.from_dict` and
-    :mod:`eopt.fileformats` say (finite numbers, no unknown fields), and every
+    :mod:`eopt.model.fileformats` say (finite numbers, no unknown fields), and every
     signature takes time (T > 0); a file of another eopt kind (a plan, a schedule …) is
     named for what it is.
 

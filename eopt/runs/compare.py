@@ -32,7 +32,7 @@ from typing import Any, Literal
 import numpy as np
 from scipy import stats as sps
 
-from eopt.measure.stats import detect_state_change
+from eopt.runs.stats import detect_state_change
 
 __all__ = [
     "SCHEMA",
@@ -612,7 +612,7 @@ def compare_runs(
     if not detect_states:
         return base
     settings = {
-        "method": "binary segmentation with a permutation test (eopt.measure.stats."
+        "method": "binary segmentation with a permutation test (eopt.runs.stats."
         "detect_state_change) on per-run time and mean power, in run order; pieces "
         "joined to the main state unless Mann-Whitney U separates them",
         "alpha": state_alpha,

@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from eopt.measure.traces import Event, PowerSeries, Trace, TraceError
+from eopt.model.trace import Event, PowerSeries, Trace, TraceError
 
 __all__ = [
     "ATTRIBUTION_SCHEMA",

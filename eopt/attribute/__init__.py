@@ -1,0 +1,1 @@
+"""The one attribution engine: a trace's energy charged to its events."""

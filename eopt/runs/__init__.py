@@ -1,0 +1,1 @@
+"""Runs of work: sweeps, repeated measurement, run sets, statistics and comparison."""
