@@ -120,17 +120,14 @@ def gpu_resolver(backend: str = "auto", env: Mapping[str, str] | None = None) ->
         backend: ``auto`` | ``nvml`` | ``sim``.
         env: Environment for ``CUDA_VISIBLE_DEVICES`` (default ``os.environ``).
     """
-    if backend == "sim":
-        return plain_index
-    if backend == "auto":
-        try:
-            from eopt.devices import nvml
+    from eopt.devices.backends import AUTO, real_gpus_present
+    from eopt.devices.backends import backend as named
 
-            present = nvml.device_count() > 0
-        except ImportError:
-            present = False
-        if not present:
+    if backend == AUTO:
+        if not real_gpus_present():
             return plain_index
+    elif not named(backend).real:
+        return plain_index
 
     def resolve(spec: GpuSpec) -> int:
         from eopt.devices.base import DeviceError

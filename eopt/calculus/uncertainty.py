@@ -13,9 +13,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from statistics import NormalDist
 from typing import Literal
 
+from eopt.model.confidence import DEFAULT_CONFIDENCE, c_alpha
 from eopt.model.signature import Signature
 
 __all__ = [
@@ -40,28 +40,9 @@ __all__ = [
     "refinement_check",
 ]
 
-DEFAULT_CONFIDENCE = 0.95
 
 Estimate = Signature | tuple[float, float]
 """A signature, or an ``(energy J, standard deviation J)`` pair."""
-
-
-def c_alpha(confidence: float = DEFAULT_CONFIDENCE) -> float:
-    """Two-sided Gaussian multiplier c_α for a confidence level 1 − α.
-
-    Args:
-        confidence: 1 − α, strictly between 0 and 1 (0.95 → 1.96).
-
-    Raises:
-        ValueError: outside (0, 1).
-
-    Example:
-        >>> round(c_alpha(0.95), 2)
-        1.96
-    """
-    if isinstance(confidence, bool) or not 0.0 < float(confidence) < 1.0:
-        raise ValueError(f"confidence must be strictly between 0 and 1, got {confidence!r}")
-    return NormalDist().inv_cdf(1.0 - (1.0 - float(confidence)) / 2.0)
 
 
 def _estimate(x: Estimate, what: str) -> tuple[float, float]:

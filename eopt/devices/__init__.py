@@ -50,12 +50,11 @@ def __getattr__(name: str) -> Any:
 
 
 SIM_ANNOUNCEMENT = "No NVIDIA GPU found: using the simulated {model} (eopt sim)."
-#: Said instead when there is an NVIDIA driver or NVML library but NVML cannot use it.
+#: Said instead when a real backend is there but cannot be used.
 SIM_FALLBACK_ANNOUNCEMENT = (
-    "NVML did not start ({reason}): using the simulated {model} (eopt sim); "
-    "--backend nvml makes this an error"
+    "{library} did not start ({reason}): using the simulated {model} (eopt sim); "
+    "--backend {backend} makes this an error"
 )
-_BACKENDS = ("auto", "nvml", "sim")
 
 
 def open_devices(
@@ -87,50 +86,41 @@ def open_devices(
         DeviceError: when NVML was asked for and is unavailable, an index is out of range,
             or a GPU to control is in MIG mode.
     """
-    if backend not in _BACKENDS:
-        raise ValueError(
-            f"unknown device backend {backend!r}; choose one of {', '.join(_BACKENDS)}"
-        )
-    if backend in ("auto", "nvml"):
-        from eopt.devices.base import DeviceError
+    from eopt.devices.backends import AUTO, BACKENDS
+    from eopt.devices.backends import backend as named
+    from eopt.devices.base import BackendUnavailableError, DeviceError
 
-        announcement = SIM_ANNOUNCEMENT.format(model=sim_model)
+    explicit = backend != AUTO
+    candidates = [named(backend)] if explicit else list(BACKENDS)
+    announcement = SIM_ANNOUNCEMENT.format(model=sim_model)
+    for entry in candidates:
+        if not entry.real and not explicit:
+            print(announcement, file=sys.stderr)
         try:
-            from eopt.devices import nvml
-        except ImportError as exc:  # nvidia-ml-py missing from this environment
-            if backend == "nvml":
-                raise DeviceError(
-                    f"cannot import pynvml ({exc}): pip install nvidia-ml-py"
-                ) from exc
-            nvml = None
+            module = importlib.import_module(entry.module)
+        except ImportError as exc:  # the backend's library is missing from this environment
+            if explicit or not entry.real:
+                missing = exc.name or entry.module
+                raise DeviceError(f"cannot import {missing} ({exc}): {entry.install}") from exc
             announcement = SIM_FALLBACK_ANNOUNCEMENT.format(
-                reason=f"cannot import pynvml: {exc}; pip install nvidia-ml-py", model=sim_model
+                library=entry.library,
+                reason=f"cannot import {exc.name or entry.module}: {exc}; {entry.install}",
+                model=sim_model,
+                backend=entry.name,
             )
-        count = 0
-        if nvml is not None:
-            try:
-                count = nvml.device_count(raise_errors=True)
-            except nvml.NvmlStartError as exc:
-                if backend == "nvml":
-                    raise
-                if not exc.driver_missing:
-                    # A driver is there but NVML cannot use it: "no GPU" would mislead.
-                    reason = str(exc).split("; use --backend sim")[0]
-                    announcement = SIM_FALLBACK_ANNOUNCEMENT.format(reason=reason, model=sim_model)
-        if nvml is not None and count > 0:
-            wanted = list(range(count)) if indices is None else list(indices)
-            if control:
-                from eopt.devices.guard import warn_if_stale
-
-                warn_if_stale()  # a killed run may have left these GPUs changed
-            return [nvml.NvmlGPU(i, control=control) for i in wanted]
-        if backend == "nvml":
-            raise DeviceError("NVML works but reports no GPU; use --backend sim to simulate one")
-        print(announcement, file=sys.stderr)
-    from eopt.sim.gpu import SimulatedGPU, VirtualClock
-
-    clock = VirtualClock()
-    wanted = [0] if indices is None else list(indices)
-    return [
-        SimulatedGPU(sim_model, index=i, clock=clock, seed=seed, control=control) for i in wanted
-    ]
+            continue
+        try:
+            return list(
+                module.open_backend(indices, control=control, sim_model=sim_model, seed=seed)
+            )
+        except BackendUnavailableError as exc:
+            if explicit or not entry.real:
+                raise
+            if exc.fallback_reason is not None:
+                announcement = SIM_FALLBACK_ANNOUNCEMENT.format(
+                    library=entry.library,
+                    reason=exc.fallback_reason,
+                    model=sim_model,
+                    backend=entry.name,
+                )
+    raise DeviceError("no device backend could open a GPU")  # the table ends with the simulator

@@ -16,10 +16,12 @@ from typing import Protocol, runtime_checkable
 from eopt.model.operating_point import OperatingPoint
 
 __all__ = [
+    "BackendUnavailableError",
     "Clock",
     "Device",
     "DeviceError",
     "DevicePermissionError",
+    "GpuInfo",
     "MeasureOnlyError",
     "PowerReading",
     "SensorReadError",
@@ -30,6 +32,21 @@ __all__ = [
 
 class DeviceError(RuntimeError):
     """A device operation failed; the message says what to do."""
+
+
+class BackendUnavailableError(DeviceError):
+    """A backend cannot open any device here (no driver, no GPU, a library that fails).
+
+    ``auto`` then falls back to the simulator; a backend asked for by name raises it.
+
+    Attributes:
+        fallback_reason: What ``auto`` says when it falls back: None for plain absence
+            ("no GPU here"), else why a backend that is there could not be used.
+    """
+
+    def __init__(self, message: str, fallback_reason: str | None = None) -> None:
+        super().__init__(message)
+        self.fallback_reason = fallback_reason
 
 
 class DevicePermissionError(DeviceError):
@@ -185,3 +202,26 @@ class WallClock:
         if period_s <= 0:
             raise ValueError(f"timer period must be positive, got {period_s}")
         return _ThreadTimer(period_s, callback)
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One physical GPU as NVML lists it.
+
+    Attributes:
+        index: NVML index.
+        uuid: ``GPU-…`` UUID.
+        pci_bus_id: PCI bus id as NVML writes it (``00000000:3B:00.0``); None where NVML
+            cannot say.
+        name: Model name, e.g. ``NVIDIA H200``.
+    """
+
+    index: int
+    uuid: str
+    pci_bus_id: str | None
+    name: str
+
+    def label(self) -> str:
+        """``gpu2 (NVIDIA H200, GPU-…, 00000000:3B:00.0)`` for messages."""
+        bus = f", {self.pci_bus_id}" if self.pci_bus_id else ""
+        return f"gpu{self.index} ({self.name}, {self.uuid}{bus})"

@@ -29,7 +29,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from eopt.devices.base import DeviceError
+from eopt.devices.base import DeviceError, GpuInfo
 
 __all__ = [
     "GpuInfo",
@@ -52,29 +52,6 @@ _ORDERS = ("FASTEST_FIRST", "PCI_BUS_ID")
 
 class GpuSelectError(DeviceError):
     """A GPU specification names no GPU, or names one only under an order eopt cannot know."""
-
-
-@dataclass(frozen=True)
-class GpuInfo:
-    """One physical GPU as NVML lists it.
-
-    Attributes:
-        index: NVML index.
-        uuid: ``GPU-…`` UUID.
-        pci_bus_id: PCI bus id as NVML writes it (``00000000:3B:00.0``); None where NVML
-            cannot say.
-        name: Model name, e.g. ``NVIDIA H200``.
-    """
-
-    index: int
-    uuid: str
-    pci_bus_id: str | None
-    name: str
-
-    def label(self) -> str:
-        """``gpu2 (NVIDIA H200, GPU-…, 00000000:3B:00.0)`` for messages."""
-        bus = f", {self.pci_bus_id}" if self.pci_bus_id else ""
-        return f"gpu{self.index} ({self.name}, {self.uuid}{bus})"
 
 
 def parse_pci_bus_id(text: str) -> tuple[int, int, int, int] | None:

@@ -53,15 +53,16 @@ from typing import Any, TypeVar
 import pynvml
 
 from eopt.devices.base import (
+    BackendUnavailableError,
     Clock,
     DeviceError,
     DevicePermissionError,
+    GpuInfo,
     MeasureOnlyError,
     PowerReading,
     SensorReadError,
     WallClock,
 )
-from eopt.devices.gpu_select import GpuInfo
 from eopt.model.operating_point import OperatingPoint
 
 __all__ = [
@@ -147,7 +148,7 @@ class NvmlNotSupportedError(DeviceError):
     lacks the function for it)."""
 
 
-class NvmlStartError(DeviceError):
+class NvmlStartError(BackendUnavailableError):
     """NVML cannot start or talk to the driver.
 
     Attributes:
@@ -157,7 +158,9 @@ class NvmlStartError(DeviceError):
     """
 
     def __init__(self, message: str, driver_missing: bool = False) -> None:
-        super().__init__(message)
+        # A broken driver is worth saying when `auto` falls back; a missing one is not.
+        reason = None if driver_missing else message.split("; use --backend sim")[0]
+        super().__init__(message, fallback_reason=reason)
         self.driver_missing = driver_missing
 
 
@@ -246,6 +249,31 @@ def device_count(raise_errors: bool = False) -> int:
         raise NvmlStartError(
             f"{exc}; use --backend sim to run on the simulated GPU", missing
         ) from exc
+
+
+def open_backend(
+    indices: Sequence[int] | None, *, control: bool, sim_model: str, seed: int
+) -> list[NvmlGPU]:
+    """The NVML GPUs at ``indices`` (all when None): the ``nvml`` backend's opener.
+
+    ``sim_model`` and ``seed`` are the simulator's and unused here.
+
+    Raises:
+        NvmlStartError: when NVML cannot start.
+        BackendUnavailableError: when NVML works but sees no GPU.
+    """
+    del sim_model, seed
+    count = device_count(raise_errors=True)
+    if count == 0:
+        raise BackendUnavailableError(
+            "NVML works but reports no GPU; use --backend sim to simulate one"
+        )
+    wanted = list(range(count)) if indices is None else list(indices)
+    if control:
+        from eopt.devices.guard import warn_if_stale
+
+        warn_if_stale()  # a killed run may have left these GPUs changed
+    return [NvmlGPU(i, control=control) for i in wanted]
 
 
 def find_index_by_uuid(uuid: str) -> int | None:
@@ -391,6 +419,8 @@ class NvmlGPU:
     """
 
     backend = STATE_BACKEND
+    #: NVML cannot see CUDA streams: ``synchronize`` returns at once (see ``--sync``).
+    synchronize_waits = False
     power_update_period_s: float = DEFAULT_POWER_UPDATE_PERIOD_S
     energy_counter_period_s: float = DEFAULT_ENERGY_COUNTER_PERIOD_S
     power_scope = "gpu"

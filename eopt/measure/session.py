@@ -36,6 +36,7 @@ __all__ = [
     "GpuPowerSource",
     "PowerSource",
     "RecordedCommand",
+    "RunOutcome",
     "SessionError",
     "record_command",
     "session_recorder",
@@ -282,13 +283,30 @@ def _connector_events(folder: Path) -> list[Event]:
         raise TraceError(f"the Kokkos connector's output is unreadable: {exc}") from None
 
 
+@dataclass(frozen=True)
+class RunOutcome:
+    """What recording one run produced (its trace folder is already written).
+
+    Attributes:
+        returncode: The command's exit status.
+        start_unix_ns: When it started, ns since the UNIX epoch.
+        time_s: Its length, in s.
+        energy_j: Its total energy over every power series, in J (None without power).
+    """
+
+    returncode: int
+    start_unix_ns: int
+    time_s: float
+    energy_j: float | None
+
+
 def session_recorder(
     command: Sequence[str],
     sources: Callable[[], Sequence[PowerSource]],
     *,
     kokkos_library: str | os.PathLike[str] | None = None,
 ) -> Callable[[Path], Any]:
-    """Runs recorded by :func:`record_command` (for :func:`eopt.runs.runset.record_runs`).
+    """Runs recorded by :func:`record_command` (for ``eopt.runs.runset.record_runs``).
 
     Args:
         command: Program and arguments.
@@ -296,7 +314,6 @@ def session_recorder(
         kokkos_library: The Kokkos connector to attach, if any.
     """
     from eopt.attribute.engine import attribute
-    from eopt.runs.runset import RunOutcome
 
     def record(folder: Path) -> RunOutcome:
         run = record_command(command, sources(), folder, kokkos_library=kokkos_library)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from eopt.model.confidence import c_alpha
 from eopt.model.fileformats import (
     FileFormatError,
     Where,
@@ -131,8 +132,6 @@ class Schedule:
     @property
     def interval(self) -> tuple[float, float]:
         """The prediction interval (E − c·σ, E + c·σ) at :attr:`confidence`, in J."""
-        from eopt.calculus.uncertainty import c_alpha
-
         c = c_alpha(self.confidence)
         return (self.energy - c * self.energy_std, self.energy + c * self.energy_std)
 

@@ -30,6 +30,7 @@ from typing import Any
 from eopt.devices.base import Device
 from eopt.measure.command import measure_command
 from eopt.measure.meter import MeterMethod
+from eopt.measure.session import RunOutcome
 from eopt.model.fileformats import atomic_write_text, dumps_json, json_ready
 from eopt.model.trace_io import write_dashboard
 
@@ -60,23 +61,6 @@ def phase_delay_s(k: int, shift_ms: float, period_s: float) -> float:
     # In integer nanoseconds, so that k shifts that add up to whole periods give exactly 0.
     step_ns, period_ns = round(shift_ms * 1e6), round(period_s * 1e9)
     return ((k * step_ns) % period_ns) * 1e-9
-
-
-@dataclass(frozen=True)
-class RunOutcome:
-    """What recording one run produced (its trace folder is already written).
-
-    Attributes:
-        returncode: The command's exit status.
-        start_unix_ns: When it started, ns since the UNIX epoch.
-        time_s: Its length, in s.
-        energy_j: Its total energy over every power series, in J (None without power).
-    """
-
-    returncode: int
-    start_unix_ns: int
-    time_s: float
-    energy_j: float | None
 
 
 #: Records one run of the command into the given (new, empty) trace folder.

@@ -75,6 +75,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from eopt.devices.backends import backend_of
 from eopt.devices.base import Device, DeviceError
 from eopt.measure.command import MeasureError, require_wall_clock
 from eopt.measure.meter import Meter, MeterMethod
@@ -755,14 +756,12 @@ _FRAMEWORK_SYNC = {
 def synchronize_waits(device: Device) -> bool:
     """Whether ``device.synchronize`` waits for the work a Python callable queues.
 
-    A device may say so in a ``synchronize_waits`` attribute; otherwise it does unless it is
-    an NVML GPU: NVML cannot see CUDA streams, so its ``synchronize`` returns at once. (The
-    simulator's waits for its queued kernels.)
+    A device says so in a ``synchronize_waits`` attribute (an NVML GPU's is False: NVML
+    cannot see CUDA streams, so its ``synchronize`` returns at once; the simulator's waits
+    for its queued kernels); a device that does not say is taken to wait.
     """
     said = getattr(device, "synchronize_waits", None)
-    if isinstance(said, bool):
-        return said
-    return _backend_of(device) != "nvml"
+    return said if isinstance(said, bool) else True
 
 
 def resolve_sync(kernel: Kernel, device: Device) -> tuple[Kernel, str | None]:
@@ -952,13 +951,6 @@ class SweepResult:
 ProgressFn = Callable[[int, int, Cell, Signature | None], None]
 
 
-def _backend_of(device: Device) -> str:
-    backend = getattr(device, "backend", None)
-    if isinstance(backend, str):
-        return backend
-    return "sim" if type(device).__name__ == "SimulatedGPU" else type(device).__name__
-
-
 def sweep(
     kernel: Kernel,
     grid: Grid,
@@ -1094,7 +1086,7 @@ def _sweep_locked(
     total = len(cells)
     done = total - len(todo)
     pol = policy or RepeatPolicy()
-    backend = _backend_of(device)
+    backend = backend_of(device)
     measured: list[Signature] = []
     extra: dict[str, Any] = {
         "kernel_spec": kernel.describe(),

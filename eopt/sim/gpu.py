@@ -79,6 +79,7 @@ __all__ = [
     "NoiseModel",
     "SimulatedGPU",
     "VirtualClock",
+    "open_backend",
 ]
 
 #: The stream plain ``launch``/``enqueue`` calls use.
@@ -402,6 +403,9 @@ class SimulatedGPU:
             to ``power_update_period_s`` for a mean over the whole interval).
         mechanisms: The mechanisms on.
     """
+
+    #: The registry name of this backend (:mod:`eopt.devices.backends`).
+    backend = "sim"
 
     power_update_period_s: float = SENSOR_PERIOD_S
 
@@ -1188,3 +1192,15 @@ class SimulatedGPU:
             self._readings[field_name] = round(max(value, 0.0), 3)  # NVML reports mW
         self._reading_time = now
         self._next_sensor_s = now + SENSOR_PERIOD_S
+
+
+def open_backend(
+    indices: Sequence[int] | None, *, control: bool, sim_model: str, seed: int
+) -> list[SimulatedGPU]:
+    """Simulated GPUs at ``indices`` (one, GPU 0, when None) on one shared virtual clock:
+    the ``sim`` backend's opener. GPU ``i`` draws its noise from ``[seed, i]``."""
+    clock = VirtualClock()
+    wanted = [0] if indices is None else list(indices)
+    return [
+        SimulatedGPU(sim_model, index=i, clock=clock, seed=seed, control=control) for i in wanted
+    ]
