@@ -163,11 +163,27 @@ def _tokenize(text: str) -> list[_Token]:
     return tokens
 
 
+#: The deepest nesting of parentheses and calls an expression may have: far beyond any
+#: schedule written by hand, and well inside Python's recursion limit.
+MAX_NESTING = 100
+
+
 class _Parser:
     def __init__(self, text: str) -> None:
         self.text = text
         self.tokens = _tokenize(text)
         self.i = 0
+        self.depth = 0
+
+    def deeper(self, tok: _Token) -> None:
+        """Enter one more level of nesting at ``tok``; refuse past :data:`MAX_NESTING`."""
+        self.depth += 1
+        if self.depth > MAX_NESTING:
+            raise self.error(
+                f"nested more than {MAX_NESTING} levels deep; compose a long schedule from a "
+                "placements file (--schedule) instead",
+                tok,
+            )
 
     @property
     def tok(self) -> _Token:
@@ -218,11 +234,13 @@ class _Parser:
     def operand(self) -> Expr:
         tok = self.tok
         if tok.kind == "(":
+            self.deeper(tok)
             self.i += 1
             if self.tok.kind == ")":
                 raise self.error("empty parentheses")
             inner = self.chain()
             close = self.expect(")", f"')' to close the '(' at column {tok.start + 1}")
+            self.depth -= 1
             return _respan(inner, tok.start, close.end)
         if tok.kind == "word" and tok.value in FUNCTIONS and self.tokens[self.i + 1].kind == "(":
             return self.call()
@@ -265,6 +283,7 @@ class _Parser:
 
     def call(self) -> Expr:
         func = self.tok
+        self.deeper(func)
         self.i += 2  # name and "("
         if self.tok.kind == ")":
             raise self.error(f"{func.value}() needs at least one argument")
@@ -275,6 +294,7 @@ class _Parser:
             self.i += 1
             children.append(self.chain())
         close = self.expect(")", f"',' or ')' in {func.value}(…)")
+        self.depth -= 1
         return Expr(func.value, func.start, close.end, children=tuple(children))
 
     def idle_call(self, func: _Token) -> Expr:
@@ -289,6 +309,7 @@ class _Parser:
                 self.i += 1
                 continue
             close = self.expect(")", "',' or ')' in idle(…)")
+            self.depth -= 1
             break
         if len(raw) != 2:
             raise ExpressionError(

@@ -38,4 +38,39 @@ def read_check_result(path: str | os.PathLike[str]) -> Mapping[str, Any]:
             (at / key).fail(f"missing; an {CHECK_SCHEMA} result always has it")
     if not isinstance(data["found"], list):
         (at / "found").fail("expected a list of findings")
+    if not isinstance(data["deviation"], bool):
+        (at / "deviation").fail("expected true or false")
+    for block, fields in _NUMBERS.items():
+        value = data[block]
+        if not isinstance(value, Mapping):
+            (at / block).fail(f"expected an object with {', '.join(fields)}")
+        for name in fields:
+            if name in value or name in _REQUIRED:
+                _non_negative(value.get(name), at / block / name)
+    test = data["test"]
+    if not isinstance(test, Mapping) or not isinstance(test.get("passed"), bool):
+        (at / "test").fail("expected an object with 'passed': true or false")
     return data
+
+
+#: The numbers of each block, all finite and ≥ 0 (energies J, times s, run counts).
+_NUMBERS = {
+    "predicted": (
+        "energy_j",
+        "time_s",
+        "std_energy_j",
+        "se_energy_j",
+        "se_time_s",
+        "bias_bound_j",
+    ),
+    "measured": ("energy_j", "time_s", "std_energy_j", "std_time_s", "runs"),
+}
+#: The numbers a result cannot lack.
+_REQUIRED = frozenset({"energy_j", "time_s"})
+
+
+def _non_negative(value: Any, at: Where) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        at.fail(f"expected a number ≥ 0, got {value!r}")
+    if value < 0:
+        at.fail(f"expected a number ≥ 0, got {value!r}")

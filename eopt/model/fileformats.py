@@ -36,6 +36,7 @@ import math
 import os
 import re
 import secrets
+import stat
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -65,6 +66,7 @@ __all__ = [
     "optional_number",
     "parse_json",
     "parse_yaml",
+    "read_bounded",
     "read_csv",
     "read_text",
     "refuse_other_kind",
@@ -372,6 +374,48 @@ def decode_utf8(raw: bytes, where: Where, *, what: str) -> str:
     return decoded.removeprefix("\ufeff")
 
 
+#: The largest file eopt reads, in bytes: far above any plan, library or trace it writes
+#: (a 65 536-task plan is tens of MB), and a bound on what an endless input can cost.
+MAX_FILE_BYTES = 4 * 1024**3
+#: The longest line of a line-oriented file (a library's signature), in bytes.
+MAX_LINE_BYTES = 64 * 1024**2
+
+
+def read_bounded(path: str | os.PathLike[str], where: Where, *, what: str) -> bytes:
+    """The bytes of a file, refusing a device (``/dev/zero``) or one over the size bound.
+
+    A regular file or a pipe (``<(…)``) is read; a character or block device, a socket
+    or a folder is refused before anything is read, and no read takes more than
+    :data:`MAX_FILE_BYTES`.
+
+    Raises:
+        The reader's error: missing, a folder, a device, unreadable, or too large.
+    """
+    p = Path(path)
+    try:
+        mode = p.stat().st_mode
+    except FileNotFoundError:
+        kind = _no_article(what)
+        where.fail(f"no such {kind}" if kind.endswith(" file") else f"no such {kind} file")
+    except OSError as exc:
+        where.fail(f"cannot read ({exc.strerror or exc})")
+    if stat.S_ISDIR(mode):
+        where.fail(f"cannot read (a folder, not {what} file)")
+    if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
+        where.fail(f"is a device or socket, not {what} file; name a regular file")
+    try:
+        with p.open("rb") as handle:
+            raw = handle.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        where.fail(f"cannot read ({exc.strerror or exc})")
+    if len(raw) > MAX_FILE_BYTES:
+        where.fail(
+            f"larger than {MAX_FILE_BYTES // 1024**3} GiB, more than any {_no_article(what)} "
+            "eopt reads; is it the right file?"
+        )
+    return raw
+
+
 def read_text(path: str | os.PathLike[str], where: Where, *, what: str) -> str:
     """The UTF-8 text of a file (a byte-order mark dropped).
 
@@ -384,17 +428,7 @@ def read_text(path: str | os.PathLike[str], where: Where, *, what: str) -> str:
         The reader's error: missing file (``no such <kind> file``), a folder, an
         unreadable file, or text that is not UTF-8 (with its line).
     """
-    p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        kind = _no_article(what)
-        where.fail(f"no such {kind}" if kind.endswith(" file") else f"no such {kind} file")
-    except IsADirectoryError:
-        where.fail(f"cannot read (a folder, not {what} file)")
-    except OSError as exc:
-        where.fail(f"cannot read ({exc.strerror or exc})")
-    return decode_utf8(raw, where, what=what)
+    return decode_utf8(read_bounded(path, where, what=what), where, what=what)
 
 
 def _no_article(what: str) -> str:

@@ -16,6 +16,7 @@ them.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,8 @@ __all__ = [
     "PowerSeries",
     "Trace",
     "TraceError",
+    "TraceWarning",
+    "check_plausible",
     "nest_by_time",
     "region_events",
 ]
@@ -37,6 +40,18 @@ __all__ = [
 CATEGORIES = ("USER_REGION", "PARALLEL_FOR", "PARALLEL_REDUCE", "PARALLEL_SCAN", "DEEP_COPY")
 #: Power domains of the dashboard trace (version 1).
 DOMAINS = ("GPU", "CPU_PKG", "CPU_DRAM", "NODE")
+
+#: No one device draws this much; a reading above it is a unit slip or a glitch, in W.
+IMPLAUSIBLE_POWER_W = 5000.0
+#: A change between two readings of one series larger than any board's range, in W.
+IMPLAUSIBLE_STEP_W = 3000.0
+#: The longest gap between two readings of one series: a power trace has no day-long
+#: holes, and one stray timestamp would otherwise integrate into terajoules, in ns.
+MAX_SAMPLE_GAP_NS = 86_400 * 10**9
+
+
+class TraceWarning(UserWarning):
+    """A trace holds readings that are possible but implausible (named by file and line)."""
 
 
 class TraceError(ValueError):
@@ -153,6 +168,13 @@ class PowerSeries:
             raise TraceError(
                 f"{where}: sample {i + 1} of {self.label} has power {self.power_w[i]}; "
                 "power must be a finite number of watts (drop or fix the sample)"
+            )
+        bad = np.flatnonzero(self.power_w < 0)
+        if bad.size:
+            i = int(bad[0])
+            raise TraceError(
+                f"{where}: sample {i + 1} of {self.label} has power {self.power_w[i]:g} W; a "
+                "power reading is never negative (fix or drop the sample)"
             )
         steps = np.diff(self.times_ns)
         bad = np.flatnonzero(steps <= 0)
@@ -307,3 +329,60 @@ def region_events(
         )
         for e in nest_by_time(items)
     ]
+
+
+def check_plausible(series: PowerSeries, lines: Sequence[int] | None = None) -> None:
+    """Refuse impossible readings of a series and warn once about implausible ones.
+
+    Refused: a negative power, a gap of more than a day between two readings. Warned
+    (:class:`TraceWarning`, once per series, with the first offender's place and the
+    count): a power above :data:`IMPLAUSIBLE_POWER_W`, or a step between two readings
+    above :data:`IMPLAUSIBLE_STEP_W`.
+
+    Args:
+        series: The series (its ``where`` names the file).
+        lines: The file line of each sample, for messages; sample numbers without.
+
+    Raises:
+        TraceError: naming the file and line of the first impossible reading.
+    """
+
+    def at(i: int) -> str:
+        base = series.where or f"{series.label} power series"
+        return f"{base}:{lines[i]}" if lines is not None else f"{base}: sample {i + 1}"
+
+    power, times = series.power_w, series.times_ns
+    bad = np.flatnonzero(power < 0)
+    if bad.size:
+        i = int(bad[0])
+        raise TraceError(
+            f"{at(i)}: power {power[i]:g} W is negative; a power reading is never below 0 W "
+            "(fix or drop the line)"
+        )
+    gaps = np.flatnonzero(np.diff(times) > MAX_SAMPLE_GAP_NS)
+    if gaps.size:
+        i = int(gaps[0]) + 1
+        days = (int(times[i]) - int(times[i - 1])) / 86_400e9
+        raise TraceError(
+            f"{at(i)}: this reading is {days:.3g} days after the one before it; a power trace "
+            "has no such gap: fix the timestamp or drop the line (or check --time-unit)"
+        )
+    high = np.flatnonzero(power > IMPLAUSIBLE_POWER_W)
+    if high.size:
+        i = int(high[0])
+        warnings.warn(
+            f"{at(i)}: {series.label} reads {power[i]:g} W, more than any GPU draws "
+            f"({high.size} such reading(s)); a milliwatt column read as watts? "
+            "(--power-unit mW)",
+            TraceWarning,
+            stacklevel=2,
+        )
+    jumps = np.flatnonzero(np.abs(np.diff(power)) > IMPLAUSIBLE_STEP_W)
+    if jumps.size and not high.size:
+        i = int(jumps[0]) + 1
+        warnings.warn(
+            f"{at(i)}: {series.label} jumps from {power[i - 1]:g} W to {power[i]:g} W "
+            f"between two readings ({jumps.size} such step(s)), beyond any board's range",
+            TraceWarning,
+            stacklevel=2,
+        )

@@ -29,7 +29,6 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
-import json
 import math
 import os
 import re
@@ -40,7 +39,14 @@ from typing import Any
 
 import numpy as np
 
-from eopt.model.fileformats import atomic_write_text, dumps_json, json_ready
+from eopt.model.fileformats import (
+    MAX_FILE_BYTES,
+    Where,
+    atomic_write_text,
+    dumps_json,
+    json_ready,
+    parse_json,
+)
 from eopt.model.trace import (
     CATEGORIES,
     DOMAINS,
@@ -48,6 +54,7 @@ from eopt.model.trace import (
     PowerSeries,
     Trace,
     TraceError,
+    check_plausible,
     nest_by_time,
 )
 
@@ -92,6 +99,12 @@ class PowerCsvOptions:
             file into one series per device instead.
         events: An optional ``events.csv`` (dashboard layout) with the run's events, on
             the same clock.
+        power_unit: ``W``, ``mW`` or ``kW`` for bare numbers under a header that names no
+            unit; None reads the unit from the header (``power_mW``, ``power (mW)``,
+            ``power.draw [W]``, ``power_watts`` …) or from the values (``250.3 W``), and
+            refuses a column whose unit cannot be known.
+        tz: The IANA time zone (``America/New_York``, ``UTC``) of date-times written
+            without an offset; None takes the local zone (``$TZ``), as nvidia-smi prints.
     """
 
     time_column: str | None = None
@@ -100,16 +113,25 @@ class PowerCsvOptions:
     domain: str = "GPU"
     device_id: int = 0
     events: str | None = None
+    power_unit: str | None = None
+    tz: str | None = None
 
 
 # CSV helpers ------------------------------------------------------------------------------
 def _open_text(path: Path) -> str:
     try:
-        raw = path.read_bytes()
+        if not (path.is_file() or path.is_fifo() or not path.exists() or path.is_dir()):
+            raise TraceError(f"{path}: is a device or socket, not a trace file; name a file")
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_FILE_BYTES + 1)
     except FileNotFoundError:
         raise TraceError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise TraceError(f"{path}: is a folder; expected a CSV file") from None
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise TraceError(f"{path}: larger than {MAX_FILE_BYTES // 1024**3} GiB; is it a trace?")
     try:
         return raw.decode("utf-8-sig")  # a BOM on the header is fine
     except UnicodeDecodeError as exc:
@@ -151,18 +173,29 @@ def _rows(path: Path, required: Sequence[str]) -> Iterator[tuple[int, dict[str, 
         raise TraceError(f"{path}:{reader.line_num}: bad CSV ({exc})") from None
 
 
+#: Integers of a trace (ids, nanosecond times) are 64-bit.
+_INT64 = 2**63
+
+
 def _int(value: str, where: str, column: str) -> int:
     try:
-        return int(value)
+        number = int(value)
     except ValueError:
         pass
+    else:
+        if not -_INT64 <= number < _INT64:
+            raise TraceError(
+                f"{where}: {column} is {value}, beyond a 64-bit integer; a nanosecond time "
+                "is at most 9.2e18 (the year 2262)"
+            )
+        return number
     try:
         number = float(value)
     except ValueError:
         raise TraceError(f"{where}: {column} is {value!r}; expected an integer") from None
     if not math.isfinite(number) or number != int(number):
         raise TraceError(f"{where}: {column} is {value!r}; expected an integer")
-    return int(number)
+    return _int(str(int(number)), where, column)
 
 
 def _float(value: str, where: str, column: str) -> float:
@@ -185,6 +218,11 @@ def _append_sample(
 ) -> None:
     """Add one sample to (times, powers, lines); refuse one that is not after the last."""
     times, powers, lines = series
+    if not -_INT64 <= t < _INT64:
+        raise TraceError(
+            f"{where}: {what} is beyond a 64-bit nanosecond time (after the year 2262); "
+            "check the time unit (--time-unit)"
+        )
     if times and t <= times[-1]:
         order = "duplicates" if t == times[-1] else "is earlier than"
         raise TraceError(
@@ -194,6 +232,22 @@ def _append_sample(
     times.append(t)
     powers.append(p)
     lines.append(lineno)
+
+
+def _series(
+    domain: str, device_id: int, samples: tuple[list[int], list[float], list[int]], path: Path
+) -> PowerSeries:
+    """One power series from (times, powers, lines), its readings checked for plausibility."""
+    times, powers, lines = samples
+    series = PowerSeries(
+        domain,
+        device_id,
+        np.array(times, dtype=np.int64),
+        np.array(powers, dtype=np.float64),
+        str(path),
+    )
+    check_plausible(series, lines)
+    return series
 
 
 # Dashboard layout -------------------------------------------------------------------------
@@ -252,30 +306,48 @@ def _read_power_samples(path: Path) -> list[PowerSeries]:
         )
     # GPUs first, then the node's domains, each by device: the same order on every read.
     order = sorted(data, key=lambda k: (DOMAINS.index(k[0]) if k[0] in DOMAINS else 9, k))
-    return [
-        PowerSeries(
-            d, i, np.array(data[d, i][0], dtype=np.int64), np.array(data[d, i][1]), str(path)
-        )
-        for d, i in order
-    ]
+    return [_series(d, i, data[d, i], path) for d, i in order]
+
+
+def _load_json(path: Path) -> Any:
+    """A JSON file of a trace, parsed safely: bounded, depth-checked, finite numbers."""
+    return parse_json(_open_text(path), Where(str(path), error=TraceError))
 
 
 def _read_metadata(path: Path) -> dict[str, Any]:
     if not path.exists():
         return {}
-    try:
-        data = json.loads(_open_text(path))
-    except json.JSONDecodeError as exc:
-        raise TraceError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    data = _load_json(path)
     if not isinstance(data, dict):
         raise TraceError(f"{path}: expected a JSON object")
     return data
 
 
+def _not_newer(path: Path, found: Any, family: str, supported: int) -> None:
+    """Refuse a file written in a newer version of its format than this eopt reads.
+
+    ``found`` is the file's version: a number, or a tag ``eopt.<family>/<n>``.
+    """
+    version: Any = found
+    if isinstance(found, str) and found.startswith(family + "/"):
+        version = found.rpartition("/")[2]
+    try:
+        number = int(version)
+    except (TypeError, ValueError):
+        return  # not a version: the format's own checks say what is wrong
+    if number > supported:
+        raise TraceError(
+            f"{path}: written in version {number} of its format ({found}); this eopt reads "
+            f"version {supported}: upgrade eopt (pip install -U eopt)"
+        )
+
+
 def _read_dashboard(folder: Path, rank: int | None = None) -> Trace:
+    meta = _read_metadata(folder / "metadata.json")
+    if meta.get("format") == "energy-dashboard-for-kokkos" or "version" in meta:
+        _not_newer(folder / "metadata.json", meta.get("version"), "", DASHBOARD_VERSION)
     events = read_events(folder / "events.csv")
     series = _read_power_samples(folder / "power_samples.csv")
-    meta = _read_metadata(folder / "metadata.json")
     return Trace(tuple(events), tuple(series), meta, str(folder), rank)
 
 
@@ -314,7 +386,6 @@ def _read_raw_run(folder: Path, run: str) -> Trace:
         t = _int(row["time_epoch_ns"], where, "time_epoch_ns")
         p = _float(row["power_w"], where, "power_w")
         _append_sample(samples, t, p, lineno, where, f"timestamp {t}")
-    times, powers, _ = samples
     items: list[tuple[str, str, int, int, str]] = []
     for suffix in RAW_SUFFIXES[1:]:
         path = folder / f"{run}{suffix}"
@@ -330,19 +401,22 @@ def _read_raw_run(folder: Path, run: str) -> Trace:
                     f"{where}: {row['name']!r} ends ({end} ns) before it starts ({start} ns)"
                 )
             items.append((row["name"], row["type"].upper(), start, end, where))
-    series = PowerSeries(
-        "GPU", 0, np.array(times, dtype=np.int64), np.array(powers, dtype=np.float64), str(power)
-    )
+    series = _series("GPU", 0, samples, power)
     meta = {"layout": "kokkos-raw", "run": run}
     return Trace(tuple(nest_by_time(items)), (series,), meta, str(folder / run))
 
 
 # eopt's measurement JSON ------------------------------------------------------------------
+#: The schema families of eopt's measurement JSON (``eopt measure --json``), version 1.
+_MEASUREMENT_FAMILIES = ("eopt.regions-report",)
+
+
 def _read_eopt_json(path: Path) -> Trace:
-    try:
-        data = json.loads(_open_text(path))
-    except json.JSONDecodeError as exc:
-        raise TraceError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    data = _load_json(path)
+    if isinstance(data, dict) and isinstance(data.get("schema"), str):
+        family, _, _ = data["schema"].partition("/")
+        if family in _MEASUREMENT_FAMILIES:
+            _not_newer(path, data["schema"], family, 1)
     if not isinstance(data, dict) or "samples" not in data:
         tag = data.get("schema") if isinstance(data, dict) else None
         raise TraceError(
@@ -384,12 +458,51 @@ def _read_eopt_json(path: Path) -> Trace:
 _NUMBER = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([a-zA-Z]*)\s*$")
 
 
-def _power_value(value: str, unit_in_header: str, where: str) -> float:
+#: Power units by every spelling a header or a value uses, as W per unit.
+_POWER_UNITS = {
+    "w": 1.0,
+    "watt": 1.0,
+    "watts": 1.0,
+    "mw": 1e-3,
+    "milliwatt": 1e-3,
+    "milliwatts": 1e-3,
+    "kw": 1e3,
+    "kilowatt": 1e3,
+    "kilowatts": 1e3,
+}
+#: A unit at the end of a column name: ``[mW]``, ``(mW)``, ``_mW``, ``-mw``, `` mW``.
+_HEADER_UNIT = re.compile(r"(?:[\[(]\s*([a-z]+)\s*[\])]|[\s_.\-]([a-z]+))\s*$")
+
+
+def header_power_unit(column: str) -> str | None:
+    """The power unit a column's name states (``mw``, ``w``, ``kw`` …), lower case; None if none.
+
+    Example:
+        >>> header_power_unit("power_draw_mw"), header_power_unit("power (mW)")
+        ('mw', 'mw')
+        >>> header_power_unit("power") is None
+        True
+    """
+    m = _HEADER_UNIT.search(column.strip().lower())
+    if m is None:
+        return None
+    unit = m.group(1) or m.group(2)
+    return unit if unit in _POWER_UNITS else None
+
+
+def _power_value(value: str, unit_in_header: str | None, where: str, column: str) -> float:
     m = _NUMBER.match(value)
     if m is None:
         raise TraceError(f"{where}: power {value!r} is not a number (W)")
-    number, unit = float(m.group(1)), (m.group(2) or unit_in_header).lower()
-    scale = {"": 1.0, "w": 1.0, "mw": 1e-3, "kw": 1e3}.get(unit)
+    number = float(m.group(1))
+    unit = (m.group(2) or unit_in_header or "").lower()
+    if not unit:
+        raise TraceError(
+            f"{where}: power {value!r} in column {column!r} has no unit, and the header names "
+            "none; pass --power-unit W (or mW, kW), or name it in the header (power_W, "
+            "power [mW])"
+        )
+    scale = _POWER_UNITS.get(unit)
     if scale is None:
         raise TraceError(f"{where}: power unit {unit!r} is not W, mW or kW")
     if not math.isfinite(number):
@@ -397,7 +510,26 @@ def _power_value(value: str, unit_in_header: str, where: str) -> float:
     return number * scale
 
 
-def _parse_datetime(value: str, where: str) -> int:
+def _time_zone(name: str | None) -> tuple[dt.tzinfo | None, str]:
+    """The zone of naive date-times (None: the local zone) and its name for messages."""
+    if name is None:
+        local = dt.datetime.now().astimezone().tzname() or "local"
+        env = os.environ.get("TZ")
+        return None, f"{env} ({local})" if env else f"local time ({local})"
+    try:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+    except ImportError:  # pragma: no cover - Python < 3.9
+        raise TraceError("--tz needs Python's zoneinfo") from None
+    try:
+        return ZoneInfo(name), name
+    except (ZoneInfoNotFoundError, ValueError):
+        raise TraceError(
+            f"time zone {name!r} is not known; name an IANA zone (UTC, Europe/Berlin, "
+            "America/New_York)"
+        ) from None
+
+
+def _parse_datetime(value: str, where: str, zone: dt.tzinfo | None) -> int:
     text = value.strip().replace("/", "-")
     try:
         stamp = dt.datetime.fromisoformat(text)
@@ -405,8 +537,9 @@ def _parse_datetime(value: str, where: str) -> int:
         raise TraceError(
             f"{where}: time {value!r} is not a date and time (2024/05/01 12:00:00.123)"
         ) from None
-    if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=dt.timezone.utc)  # nvidia-smi prints local time
+    if stamp.tzinfo is None and zone is not None:
+        stamp = stamp.replace(tzinfo=zone)
+    # A naive stamp is local time: nvidia-smi prints the host's wall clock ($TZ).
     return round(stamp.timestamp() * 1e6) * 1000
 
 
@@ -444,8 +577,17 @@ def _read_power_csv(path: Path, opts: PowerCsvOptions) -> Trace:
                 f"{', '.join(header)[:200]}; name it with {flag}"
             )
     assert time_col is not None and power_col is not None
-    unit_m = re.search(r"\[(\w+)\]", power_col)
-    power_unit = unit_m.group(1) if unit_m else ""
+    power_unit = header_power_unit(power_col)
+    if opts.power_unit is not None:
+        given = opts.power_unit.strip().lower()
+        if given not in _POWER_UNITS:
+            raise TraceError(f"--power-unit {opts.power_unit!r}: use W, mW or kW")
+        if power_unit is not None and _POWER_UNITS[power_unit] != _POWER_UNITS[given]:
+            raise TraceError(
+                f"{path}:1: column {power_col!r} says {power_unit}, but --power-unit says "
+                f"{opts.power_unit}; drop one"
+            )
+        power_unit = given
     time_unit = opts.time_unit
     if time_unit == "auto":
         name = time_col.lower()
@@ -457,6 +599,7 @@ def _read_power_csv(path: Path, opts: PowerCsvOptions) -> Trace:
     device_col = _guess_column(header, ("device_id", "index", "gpu", "gpu_index"), "\0")
     ti, pi = header.index(time_col), header.index(power_col)
     di = header.index(device_col) if device_col else None
+    zone, zone_name = _time_zone(opts.tz) if time_unit == "datetime" else (None, "")
     data: dict[int, tuple[list[int], list[float], list[int]]] = {}
     for row in reader:
         lineno = reader.line_num
@@ -466,24 +609,19 @@ def _read_power_csv(path: Path, opts: PowerCsvOptions) -> Trace:
         if len(row) <= max(ti, pi, di or 0):
             raise TraceError(f"{where}: too few fields ({len(row)})")
         if time_unit == "datetime":
-            t = _parse_datetime(row[ti], where)
+            t = _parse_datetime(row[ti], where, zone)
         else:
             t = round(_float(row[ti], where, time_col) * _TIME_UNITS[time_unit])
-        p = _power_value(row[pi], power_unit, where)
+        p = _power_value(row[pi], power_unit, where, power_col)
         dev = _int(row[di].strip(), where, device_col or "") if di is not None else opts.device_id
         _append_sample(data.setdefault(dev, ([], [], [])), t, p, lineno, where, f"time {row[ti]!r}")
     series = tuple(
-        PowerSeries(
-            opts.domain.upper(),
-            dev,
-            np.array(t, dtype=np.int64),
-            np.array(p, dtype=np.float64),
-            str(path),
-        )
-        for dev, (t, p, _) in sorted(data.items())
+        _series(opts.domain.upper(), dev, samples, path) for dev, samples in sorted(data.items())
     )
     events = read_events(Path(opts.events)) if opts.events else []
-    meta = {"layout": "power-csv", "time_unit": time_unit}
+    meta: dict[str, Any] = {"layout": "power-csv", "time_unit": time_unit}
+    if zone_name:
+        meta["time_zone"] = zone_name
     return Trace(tuple(events), series, meta, str(path))
 
 
@@ -586,6 +724,7 @@ def read_runs(path: str | os.PathLike[str]) -> list[Trace]:
     traces: list[Trace]
     if index.exists():
         data = _read_metadata(index)
+        _not_newer(index, data.get("schema"), "eopt.runset", 1)
         runs = data.get("runs")
         if not isinstance(runs, list):
             raise TraceError(f"{index}: 'runs' must be a list of runs")
