@@ -151,9 +151,12 @@ def resolve_gpu_map(
 ) -> dict[str, int]:
     """Map every plan device of ``schedule`` to an NVML GPU index.
 
-    Precedence: ``overrides`` (``--gpu``, ``gpu_map=``) resolved by ``resolve``, then the
-    schedule's own ``gpu`` field (an NVML index: the schedule describes the machine, not
-    a process), then the device's position in the schedule (first device → GPU 0 …).
+    Precedence: ``overrides`` (``--gpu``, ``gpu_map=``), then the schedule's own ``gpu``
+    field, then the device's position in the schedule (first device → GPU 0 …). Each is
+    read the way the user names GPUs, through ``resolve``: a CUDA ordinal as this process
+    sees it (``CUDA_VISIBLE_DEVICES`` honoured), a UUID or a PCI bus id, so a schedule
+    that says ``gpu: 0`` under ``CUDA_VISIBLE_DEVICES=1`` means physical GPU 1, and a GPU
+    the mask withholds is refused.
 
     Args:
         schedule: The solved schedule.
@@ -178,14 +181,15 @@ def resolve_gpu_map(
     mapping: dict[str, int] = {}
     for position, info in enumerate(schedule.devices):
         if info.name in overrides:
-            try:
-                mapping[info.name] = resolve(overrides[info.name])
-            except ApplyError as exc:
-                raise ApplyError(f"{option} {info.name}: {exc}") from None
+            spec, source = overrides[info.name], f"{option} {info.name}"
         elif info.gpu is not None:
-            mapping[info.name] = info.gpu
+            spec, source = info.gpu, f"the schedule's device {info.name!r} (gpu: {info.gpu})"
         else:
-            mapping[info.name] = position
+            spec, source = position, f"the schedule's device {info.name!r} (its position)"
+        try:
+            mapping[info.name] = resolve(spec)
+        except ApplyError as exc:
+            raise ApplyError(f"{source}: {exc}") from None
     checked = names if among is None else [n for n in names if n in set(among)]
     seen: dict[int, str] = {}
     for name in checked:

@@ -245,6 +245,39 @@ def resolve_gpu_in(
     text = str(spec).strip()
     if isinstance(spec, int) or re.fullmatch(r"(?i)(cuda:)?\d+", text):
         return _by_ordinal(int(text.split(":")[-1]), gpus, environ, mig_parent)
+    return _given(text, _by_name(text, gpus, mig_parent), gpus, environ, mig_parent)
+
+
+def _given(
+    text: str,
+    index: int,
+    gpus: Sequence[GpuInfo],
+    env: Mapping[str, str],
+    mig_parent: Callable[[str], int | None] | None,
+) -> int:
+    """``index``, unless ``CUDA_VISIBLE_DEVICES`` withholds that GPU from this process.
+
+    A GPU named by UUID, PCI bus id or NVML index may still belong to another job: under
+    Slurm without device cgroups the mask is the only word on which GPUs are this one's.
+    """
+    mask = env.get("CUDA_VISIBLE_DEVICES")
+    if mask is None:
+        return index
+    visible = _visible(gpus, env, mig_parent).indices
+    if index not in visible:
+        given = ", ".join(f"nvml:{i}" for i in visible) or "no GPU"
+        raise GpuSelectError(
+            f"GPU {text} is NVML GPU {index}, which this process was not given: "
+            f"CUDA_VISIBLE_DEVICES={mask!r} gives it {given}; name one of those, or change "
+            "the mask"
+        )
+    return index
+
+
+def _by_name(
+    text: str, gpus: Sequence[GpuInfo], mig_parent: Callable[[str], int | None] | None
+) -> int:
+    """The NVML index of a GPU named by ``nvml:N``, a UUID or a PCI bus id."""
     nvml_index = re.fullmatch(r"(?i)nvml:(\d+)", text)
     if nvml_index is not None:
         index = int(nvml_index[1])

@@ -73,6 +73,7 @@ from eopt.model.fileformats import (
 )
 
 __all__ = [
+    "MAX_IDLE_POWER_W",
     "SCHEMA",
     "Plan",
     "PlanDevice",
@@ -89,6 +90,28 @@ class PlanError(FileFormatError):
     """A plan that cannot be read or is inconsistent; names the file and the place."""
 
 
+#: No GPU idles above this; a larger idle power is a unit slip (mW as W), in W.
+MAX_IDLE_POWER_W = 5000.0
+
+
+def idle_power(value: Any, at: Where) -> float:
+    """A device's idle draw s̄: a finite number of watts in [0, :data:`MAX_IDLE_POWER_W`]."""
+    return number(value, at, unit="W", min=0, max=MAX_IDLE_POWER_W)
+
+
+def read_gpu(value: Any, at: Where) -> int | str | None:
+    """A device's ``gpu``: an integer ≥ 0 (a CUDA ordinal), a GPU name, or None.
+
+    Names (``GPU-…`` UUIDs, PCI bus ids, ``cuda:N``, ``nvml:N``) are kept as written and
+    resolved where the GPUs are (``eopt apply``), against the process's visible devices.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return string(value.strip(), at, what="a GPU (CUDA ordinal, GPU-… UUID or PCI bus id)")
+    return integer(value, at, min=0)
+
+
 @dataclass(frozen=True)
 class PlanDevice:
     """A device of a plan, and of the schedules solved from it.
@@ -101,14 +124,16 @@ class PlanDevice:
     Attributes:
         name: The plan's name for the device (e.g. ``stage0``).
         idle_power_w: s̄, its draw while it waits (idle/blocked), in W.
-        gpu: The physical GPU index it maps to, when known.
+        gpu: The GPU it runs on, as the user names GPUs: a CUDA ordinal as the running
+            process sees it (``0``; ``CUDA_VISIBLE_DEVICES`` applies), a UUID (``GPU-…``),
+            a PCI bus id, or ``nvml:N``; None when unknown (then its position).
         transition_time_s: Time paid each time its device-wide setting changes, in s.
         transition_energy_j: Energy paid each time its device-wide setting changes, in J.
     """
 
     name: str
     idle_power_w: float
-    gpu: int | None = None
+    gpu: int | str | None = None
     transition_time_s: float = 0.0
     transition_energy_j: float = 0.0
 
@@ -318,10 +343,8 @@ def _device(data: Any, at: Where) -> PlanDevice:
     no_unknown(data, {"name", "idle_power_w", "gpu", "transition"}, at)
     name = string(required(data, "name", at), at / "name")
     idle = required(data, "idle_power_w", at, hint="the device's draw while it waits, W")
-    idle_w = number(idle, at / "idle_power_w", unit="W", min=0)
-    gpu = data.get("gpu")
-    if gpu is not None:
-        gpu = integer(gpu, at / "gpu", min=0)
+    idle_w = idle_power(idle, at / "idle_power_w")
+    gpu = read_gpu(data.get("gpu"), at / "gpu")
     t_s = e_j = 0.0
     transition = data.get("transition")
     if transition is not None:

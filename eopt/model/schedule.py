@@ -22,7 +22,6 @@ from eopt.model.fileformats import (
     atomic_write_text,
     dumps_json,
     guard,
-    integer,
     json_ready,
     mapping,
     number,
@@ -36,7 +35,7 @@ from eopt.model.fileformats import (
     within_run,
 )
 from eopt.model.operating_point import OperatingPoint
-from eopt.model.planfile import PlanDevice
+from eopt.model.planfile import PlanDevice, idle_power, read_gpu
 
 __all__ = [
     "SCHEMA",
@@ -363,10 +362,8 @@ def _device(data: Any, at: Where) -> PlanDevice:
     gpu = data.get("gpu")
     return PlanDevice(
         name=string(required(data, "name", at), at / "name", what="a device name"),
-        idle_power_w=number(
-            required(data, "idle_power_w", at), at / "idle_power_w", unit="W", min=0
-        ),
-        gpu=None if gpu is None else integer(gpu, at / "gpu", min=0),
+        idle_power_w=idle_power(required(data, "idle_power_w", at), at / "idle_power_w"),
+        gpu=read_gpu(gpu, at / "gpu"),
         transition_time_s=number(
             data.get("transition_time_s", 0.0), at / "transition_time_s", unit="s", min=0
         ),

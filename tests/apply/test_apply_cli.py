@@ -290,3 +290,46 @@ def test_collisions_are_checked_only_among_the_devices_controlled(build):
     with pytest.raises(ApplyError, match=r"gpu_map=\{'stage1'") as info:
         resolve_gpu_map(sch, {"stage1": 0}, python_api=True)
     assert "--gpu" not in str(info.value)
+
+
+def _one_gpu_schedule(build, tmp_path, gpu):
+    e = build.element
+    sch = build.schedule([e("F0", "stage0", 0.0, 0.01, sm=1200)], ["stage0"], [gpu])
+    path = tmp_path / "one.json"
+    write_schedule(path, sch)
+    return path
+
+
+def test_a_schedules_gpu_is_a_cuda_ordinal_under_the_mask(
+    build, tmp_path, make_fake_nvml, monkeypatch, capsys
+):
+    """`gpu: 0` with CUDA_VISIBLE_DEVICES=1 is physical GPU 1 (NVML's GPU 0 is another
+    job's), and the lock lands there and nowhere else."""
+    fake = make_fake_nvml([{}, {}])
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    path = _one_gpu_schedule(build, tmp_path, 0)
+    code, out, err = _run(["apply", str(path), "--dry-run", "--backend", "nvml"], capsys)
+    assert code == 0, err
+    assert "stage0 → gpu1" in out
+    code, _, err = _run(["apply", str(path), "--backend", "nvml"], capsys)
+    assert code == 0, err
+    assert fake.gpus[1].locked_sm == (1200, 1200)
+    assert fake.gpus[0].locked_sm is None  # the GPU this process was not given
+
+
+def test_a_gpu_the_mask_withholds_is_refused_naming_the_mask(
+    build, tmp_path, make_fake_nvml, monkeypatch, capsys
+):
+    make_fake_nvml([{}, {}, {}])
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    for gpu in ("GPU-0-fake", "nvml:0", "00000000:07:00.0"):
+        path = _one_gpu_schedule(build, tmp_path, gpu)
+        code, _, err = _run(["apply", str(path), "--dry-run", "--backend", "nvml"], capsys)
+        assert code == 1, err
+        assert "CUDA_VISIBLE_DEVICES='1'" in err and "not given" in err, err
+    path = _one_gpu_schedule(build, tmp_path, "GPU-1-fake")
+    code, out, err = _run(["apply", str(path), "--dry-run", "--backend", "nvml"], capsys)
+    assert code == 0 and "stage0 → gpu1" in out, err
+    path = _one_gpu_schedule(build, tmp_path, 1)  # cuda:1 does not exist under the mask
+    code, _, err = _run(["apply", str(path), "--dry-run", "--backend", "nvml"], capsys)
+    assert code == 1 and "sees 1" in err, err

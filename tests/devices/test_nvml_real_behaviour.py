@@ -97,11 +97,19 @@ def test_uuids_pci_ids_and_mig_names_resolve_to_nvml_indices():
     env = {"CUDA_VISIBLE_DEVICES": "GPU-dddd,MIG-GPU-aaaa-0000/1/0"}
     assert resolve_gpu_in(0, NODE, env) == 3  # a unique UUID prefix, as CUDA accepts
     assert resolve_gpu_in(1, NODE, env) == 0  # the legacy MIG form names its parent
-    assert resolve_gpu_in("GPU-cccc-2222", NODE, env) == 2
     assert resolve_gpu_in("0000:3b:00.0", NODE, env) == 3
-    assert resolve_gpu_in("07:00.0", NODE, env) == 1
-    assert resolve_gpu_in("nvml:2", NODE, env) == 2
-    assert resolve_gpu_in("MIG-9f", NODE, env, mig_parent=lambda u: 2) == 2
+    assert resolve_gpu_in("GPU-aaaa-0000", NODE, env) == 0
+    # Named GPUs the mask withholds belong to someone else: refused, naming the mask.
+    for withheld in ("GPU-cccc-2222", "07:00.0", "nvml:2"):
+        with pytest.raises(GpuSelectError, match=r"not given: CUDA_VISIBLE_DEVICES="):
+            resolve_gpu_in(withheld, NODE, env)
+    with pytest.raises(GpuSelectError, match="gives it nvml:3, nvml:0"):
+        resolve_gpu_in("MIG-9f", NODE, env, mig_parent=lambda u: 2)
+    # Without a mask every GPU NVML lists is this process's.
+    assert resolve_gpu_in("GPU-cccc-2222", NODE, {}) == 2
+    assert resolve_gpu_in("07:00.0", NODE, {}) == 1
+    assert resolve_gpu_in("nvml:2", NODE, {}) == 2
+    assert resolve_gpu_in("MIG-9f", NODE, {}, mig_parent=lambda u: 2) == 2
     with pytest.raises(GpuSelectError, match="no GPU has that UUID"):
         resolve_gpu_in("GPU-", NODE, env)  # the prefix of all four
     with pytest.raises(GpuSelectError, match="PCI bus id"):
@@ -115,7 +123,8 @@ def test_invalid_entries_end_the_mask_and_an_empty_mask_hides_every_gpu():
         resolve_gpu_in(1, NODE, env)
     with pytest.raises(GpuSelectError, match="sees no GPU"):
         resolve_gpu_in(0, NODE, {"CUDA_VISIBLE_DEVICES": ""})
-    assert resolve_gpu_in("GPU-aaaa-0000", NODE, {"CUDA_VISIBLE_DEVICES": ""}) == 0
+    with pytest.raises(GpuSelectError, match="gives it no GPU"):
+        resolve_gpu_in("GPU-aaaa-0000", NODE, {"CUDA_VISIBLE_DEVICES": ""})
 
 
 def test_mixed_models_under_fastest_first_refuse_integers_but_not_uuids():
@@ -138,6 +147,11 @@ def test_resolve_gpu_asks_nvml_and_reads_the_environment(make_fake_nvml, monkeyp
     monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
     assert resolve_gpu(0) == 0  # CUDA's second GPU by bus is NVML's first
+    assert resolve_gpu("GPU-0-fake") == 0
+    for withheld in ("MIG-77", "GPU-1-fake"):  # on NVML's GPU 1, outside the mask
+        with pytest.raises(GpuSelectError, match="CUDA_VISIBLE_DEVICES='1' gives it nvml:0"):
+            resolve_gpu(withheld)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert resolve_gpu("MIG-77") == 1
     assert resolve_gpu("GPU-1-fake") == 1
 

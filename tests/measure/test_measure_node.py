@@ -156,12 +156,16 @@ def test_measure_gpu_opens_the_gpu_this_process_calls_cuda_0(monkeypatch, nvml_f
         return measure_cli.open_measure_device("auto", spec).index
 
     assert index("0") == 2 and index("cuda:1") == 1
-    assert index("GPU-0-fake") == 0 and index("00000000:07:00.0") == 0 and index("nvml:0") == 0
+    assert index("GPU-2-fake") == 2 and index("00000000:08:00.0") == 1 and index("nvml:2") == 2
     with pytest.raises(measure_cli.UserError, match="--gpu: GPU cuda:2"):
         index("2")
+    # NVML's GPU 0 is another job's: named by UUID, PCI id or NVML index, it is refused.
+    for withheld in ("GPU-0-fake", "00000000:07:00.0", "nvml:0"):
+        with pytest.raises(measure_cli.UserError, match="CUDA_VISIBLE_DEVICES='2,1'"):
+            index(withheld)
     watched = measure_cli.open_measure_gpus("all", "nvml")
     assert [g.index for g in watched] == [2, 1]
-    assert [g.index for g in measure_cli.open_measure_gpus("GPU-0-fake,1", "nvml")] == [0, 1]
+    assert [g.index for g in measure_cli.open_measure_gpus("GPU-2-fake,1", "nvml")] == [2, 1]
 
 
 def test_a_uuid_without_a_gpu_is_refused_in_one_line(monkeypatch) -> None:

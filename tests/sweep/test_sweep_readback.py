@@ -293,9 +293,12 @@ def test_sweep_gpu_is_the_physical_gpu_cuda_means(untimed_nvml, monkeypatch):
         return open_sweep_device(backend, spec, "A100-SXM4-40GB", 0, control=False).index
 
     assert index("0") == 2 and index("cuda:1") == 0
-    assert index("GPU-1-fake") == 1 and index("GPU-1") == 1  # a unique prefix
-    assert index("0000:08:00.0") == 1 and index("nvml:1") == 1
+    assert index("GPU-0-fake") == 0 and index("GPU-2") == 2  # a unique prefix
+    assert index("0000:09:00.0") == 2 and index("nvml:0") == 0
     assert index("MIG-aaaa-bbbb") == 2
+    for withheld in ("GPU-1-fake", "0000:08:00.0", "nvml:1"):  # not this process's GPU
+        with pytest.raises(UserError, match="CUDA_VISIBLE_DEVICES='2,0' gives it nvml:2, nvml:0"):
+            index(withheld)
     assert index("0", "auto") == 2
     with pytest.raises(UserError, match="sees 2"):
         index("cuda:2")
