@@ -25,6 +25,14 @@ __all__ = ["SCHEMA", "Signature", "SignatureError"]
 SCHEMA = "eopt.signature/1"
 
 
+#: The largest values a signature file may hold: a 100 MW machine for 30 years. Far
+#: beyond any measurement, and small enough that sums and products of thousands of them
+#: (compositions, frontiers, plans) stay finite.
+MAX_POWER_W = 1e8
+MAX_TIME_S = 1e9
+MAX_ENERGY_J = 1e17
+
+
 class SignatureError(ValueError):
     """A signature with values that violate the calculus' axioms (negative, NaN …)."""
 
@@ -229,11 +237,23 @@ class Signature:
             at.fail(str(exc))
         return cls(
             name=name,
-            static_power=number(data["static_power"], at / "static_power", unit="W", min=0),
-            time=number(data["time"], at / "time", unit="s", min=0),
-            dynamic_energy=number(data["dynamic_energy"], at / "dynamic_energy", unit="J", min=0),
-            var_time=number(data.get("var_time", 0.0), at / "var_time", unit="s²", min=0),
-            var_energy=number(data.get("var_energy", 0.0), at / "var_energy", unit="J²", min=0),
+            static_power=number(
+                data["static_power"], at / "static_power", unit="W", min=0, max=MAX_POWER_W
+            ),
+            time=number(data["time"], at / "time", unit="s", min=0, max=MAX_TIME_S),
+            dynamic_energy=number(
+                data["dynamic_energy"], at / "dynamic_energy", unit="J", min=0, max=MAX_ENERGY_J
+            ),
+            var_time=number(
+                data.get("var_time", 0.0), at / "var_time", unit="s²", min=0, max=MAX_TIME_S**2
+            ),
+            var_energy=number(
+                data.get("var_energy", 0.0),
+                at / "var_energy",
+                unit="J²",
+                min=0,
+                max=MAX_ENERGY_J**2,
+            ),
             devices=tuple(str(d) for d in devices),
             workload=mapping(data.get("workload", {}), at / "workload"),
             impl=string(data.get("impl", "default"), at / "impl", what="an implementation name"),

@@ -434,6 +434,12 @@ def _read_eopt_json(path: Path) -> Trace:
         points = [(float(a), float(b)) for a, b in zip(t, p, strict=True)]
     except (TypeError, ValueError):
         raise TraceError(f"{path}: samples must be numbers (s and W)") from None
+    for i in range(1, len(points)):
+        if points[i][0] < points[i - 1][0]:
+            raise TraceError(
+                f"{path}: samples.time_s[{i}] = {points[i][0]:g} s is before the sample before "
+                f"it ({points[i - 1][0]:g} s); samples must be in time order"
+            )
     gpu = int(data.get("gpu", 0) or 0)
     series = PowerSeries.from_seconds("GPU", gpu, points, origin, str(path))
     raw_events = data.get("events", [])

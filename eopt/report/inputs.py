@@ -394,6 +394,11 @@ def _samples(raw: Any, at: Where) -> tuple[tuple[float, float], ...]:
         else:
             (at / i).fail("expected [time_s, power_w]")
         time_s = number(t, at / i / "time_s", unit="s")
+        if out and time_s < out[-1][0]:
+            (at / i / "time_s").fail(
+                f"{time_s:g} s is before the sample before it ({out[-1][0]:g} s); samples "
+                "must be in time order"
+            )
         out.append((time_s, number(w, at / i / "power_w", unit="W", min=0)))
     if out:
         t0 = out[0][0]

@@ -162,3 +162,55 @@ def test_a_newer_run_set_is_refused(tmp_path):
         json.dumps({"schema": "eopt.runset/1", "runs": [{"trace": "run_001"}]})
     )
     assert len(read_runs(runs)) == 1
+
+
+def test_a_library_whose_sums_would_overflow_is_refused_at_its_line(tmp_path, capsys):
+    """1e300 W over 1e10 s made every frontier energy infinite, and the table came out empty."""
+    sig = {
+        "schema": "eopt.signature/1",
+        "name": "k",
+        "impl": "a",
+        "static_power": 120.0,
+        "time": 0.01,
+        "dynamic_energy": 1.0,
+    }
+    path = tmp_path / "lib.jsonl"
+    path.write_text(
+        json.dumps(sig) + "\n" + json.dumps({**sig, "impl": "b", "static_power": 1e300})
+    )
+    line = _one_line_error(["frontier", str(path)], capsys)
+    assert "lib.jsonl:2: static_power" in line and "≤ 1e+08" in line
+    path.write_text(json.dumps(sig) + "\n" + json.dumps({**sig, "impl": "b", "time": 0.005}))
+    code, err = _run(["frontier", str(path)], capsys)
+    assert code == 0, err
+
+
+def _measurement(times: list[float]) -> dict:
+    return {
+        "schema": "eopt.regions-report/1",
+        "total_energy_j": 97.4,
+        "total_time_s": 0.6,
+        "regions": [],
+        "samples": {"time_s": times, "power_w": [80.0, 450.0, 460.0, 80.0]},
+    }
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["report", "--measurement", "{m}", "-o", "{out}/r.html"],
+        ["trace", "--measurement", "{m}", "-o", "{out}/t.json"],
+        ["attribute", "{m}"],
+    ],
+)
+def test_backwards_sample_times_are_refused_not_dropped(tmp_path, capsys, argv):
+    """A sample earlier than the one before it was silently dropped by attribute, and
+    drawn as a loop by report and trace."""
+    bad = tmp_path / "back.json"
+    bad.write_text(json.dumps(_measurement([0.0, 0.4, 0.2, 0.6])))
+    line = _one_line_error([a.format(m=bad, out=tmp_path) for a in argv], capsys)
+    assert "back.json" in line and "in time order" in line and "0.2 s" in line
+    good = tmp_path / "ok.json"
+    good.write_text(json.dumps(_measurement([0.0, 0.2, 0.4, 0.6])))
+    code, err = _run([a.format(m=good, out=tmp_path) for a in argv], capsys)
+    assert code == 0, err
