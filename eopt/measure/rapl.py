@@ -63,6 +63,7 @@ import os
 import re
 import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,6 +84,7 @@ __all__ = [
     "RaplReader",
     "RaplSampler",
     "RaplUnavailableError",
+    "RaplWrapWarning",
     "RaplZone",
     "SkippedZone",
     "conservative_power",
@@ -114,8 +116,17 @@ _DOMAINS = {"package": "CPU_PKG", "dram": "CPU_DRAM"}
 _KIND_ORDER = {"package": 0, "core": 1, "uncore": 2, "dram": 3}
 
 
+#: A power no CPU package or DRAM zone draws for long, in W: the wrap time at this power
+#: bounds the sampling period before any power has been seen.
+PEAK_POWER_W = 1000.0
+
+
 class RaplError(RuntimeError):
     """RAPL energy cannot be read as asked; the message names the file and the fix."""
+
+
+class RaplWrapWarning(UserWarning):
+    """Readings so far apart that a counter may have wrapped more than once between them."""
 
 
 class RaplUnavailableError(RaplError):
@@ -643,6 +654,21 @@ class RaplSampler:
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
         self._started = False
+        # Per zone: the highest interval power seen (W), and the intervals that may hold
+        # an unseen second wrap.
+        self._peak_w = [0.0] * len(self.zones)
+        self.doubtful = [0] * len(self.zones)
+        self._warned = [False] * len(self.zones)
+        for k, zone in enumerate(self.zones):
+            wrap_s = zone.modulus_uj * 1e-6 / PEAK_POWER_W
+            if self.period_s >= wrap_s:
+                warnings.warn(
+                    f"RAPL {zone.label}: a reading every {self.period_s:g} s can miss counter "
+                    f"wraps (the counter wraps every {wrap_s:.3g} s at {PEAK_POWER_W:g} W); "
+                    f"sample more often than every {wrap_s / 2:.3g} s",
+                    RaplWrapWarning,
+                    stacklevel=2,
+                )
 
     @property
     def zones(self) -> tuple[RaplZone, ...]:
@@ -681,9 +707,37 @@ class RaplSampler:
             t = before + (after - before) // 2
             if self._times and t < self._times[-1] + 2:
                 return
+            if self._times:
+                self._check_wraps((t - self._times[-1]) * 1e-9, energy - self._energy[-1])
             self._times.append(t)
             self._raw.append(raw)
             self._energy.append(energy)
+
+    def _check_wraps(self, dt_s: float, energy_j: np.ndarray) -> None:
+        """Flag an interval long enough to hold a second wrap at the zone's peak power.
+
+        The counter shows at most one wrap per interval. An interval in which the zone,
+        drawing the highest power seen in it so far (or the interval's own), would pass a
+        whole modulus may have lost one: it is counted in :attr:`doubtful` and warned about
+        once per zone.
+        """
+        for k, zone in enumerate(self.zones):
+            modulus_j = zone.modulus_uj * 1e-6
+            power = float(energy_j[k]) / dt_s
+            if power * dt_s <= modulus_j:
+                self._peak_w[k] = max(self._peak_w[k], power)
+            if max(self._peak_w[k], power) * dt_s < modulus_j:
+                continue
+            self.doubtful[k] += 1
+            if not self._warned[k]:
+                self._warned[k] = True
+                warnings.warn(
+                    f"RAPL {zone.label}: {dt_s:.3g} s between two readings, long enough for "
+                    f"the counter to wrap more than once at {self._peak_w[k]:.3g} W (it wraps "
+                    f"every {modulus_j:.4g} J); energy may be missing: sample more often",
+                    RaplWrapWarning,
+                    stacklevel=3,
+                )
 
     def _run(self) -> None:
         """The thread: read on a fixed schedule until stopped (late reads skip ahead)."""
@@ -784,6 +838,7 @@ class RaplSampler:
                 float(c.energy_j[-1, k] - c.energy_j[0, k]) if c.times_ns.size >= 2 else None
             )
             d["wraps"] = self.reader.wraps[k]
+            d["doubtful_intervals"] = self.doubtful[k]
             zones.append(d)
         return {
             "backend": "rapl",

@@ -12,6 +12,7 @@ import errno
 import os
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -274,7 +275,8 @@ def test_a_small_range_wraps_several_times_over_a_run(tmp_path: Path) -> None:
     fake = FakePowercap(tmp_path)
     fake.zone("intel-rapl:0", "package-0", energy_uj=0, max_uj=max_uj)
     clock = Clock()
-    sampler = manual_sampler(fake, clock).start()
+    with pytest.warns(rapl.RaplWrapWarning):  # a 1 J range: 1 ms at 1 kW
+        sampler = manual_sampler(fake, clock).start()
     modulus = wrap_modulus_uj(max_uj)
 
     true_uj = 0.0
@@ -287,6 +289,44 @@ def test_a_small_range_wraps_several_times_over_a_run(tmp_path: Path) -> None:
     total = window_energy(series, *series.span_ns)
     assert total == pytest.approx(6.0, abs=1e-5)
     assert np.all(series.power_w >= 0.0)
+
+
+def test_an_interval_that_can_hide_a_second_wrap_is_warned_and_counted(tmp_path: Path) -> None:
+    """Two wraps in one interval look like one: the energy of a whole modulus is lost.
+    The sampler cannot see it, so it says so, naming the zone, and counts the interval."""
+    max_uj = 999_999  # a modulus just under 1 J
+    fake = FakePowercap(tmp_path)
+    fake.zone("intel-rapl:0", "package-0", energy_uj=0, max_uj=max_uj)
+    clock = Clock()
+    with pytest.warns(rapl.RaplWrapWarning, match="can miss counter wraps"):
+        sampler = manual_sampler(fake, clock).start()  # 1 J wraps in 1 ms at 1 kW
+    modulus = wrap_modulus_uj(max_uj)
+    true_uj = 0.0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(5):  # 60 W in 10 ms steps: 0.6 J, under one modulus
+            true_uj += 600_000
+            step(sampler, clock, 10_000_000, {"intel-rapl:0": int(true_uj % modulus)})
+        assert not caught
+        true_uj += 1_500_000  # 30 ms at 50 W: 1.5 J, more than a modulus, in one interval
+        step(sampler, clock, 30_000_000, {"intel-rapl:0": int(true_uj % modulus)})
+    (said,) = [w for w in caught if issubclass(w.category, rapl.RaplWrapWarning)]
+    assert "package-0" in str(said.message) and "more than once" in str(said.message)
+    assert sampler.describe()["zones"][0]["doubtful_intervals"] == 1
+    sampler.stop()
+
+
+def test_a_period_longer_than_the_wrap_time_is_warned_up_front(tmp_path: Path) -> None:
+    fake = FakePowercap(tmp_path)
+    fake.zone("intel-rapl:0", "package-0", energy_uj=0, max_uj=999_999)
+    with pytest.warns(rapl.RaplWrapWarning, match="can miss counter wraps"):
+        RaplSampler(fake.root, period_s=0.01, clock_ns=Clock(), background=False)
+    (tmp_path / "real").mkdir()
+    fake2 = FakePowercap(tmp_path / "real")
+    fake2.zone("intel-rapl:0", "package-0", energy_uj=0)  # 262 kJ: minutes at 1 kW
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        RaplSampler(fake2.root, period_s=0.02, clock_ns=Clock(), background=False)
 
 
 # permissions and unavailability ----------------------------------------------------------
