@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import decimal
 import io
 import math
 import os
@@ -135,8 +136,10 @@ def _open_text(path: Path) -> str:
     try:
         return raw.decode("utf-8-sig")  # a BOM on the header is fine
     except UnicodeDecodeError as exc:
+        kind = "JSON" if path.suffix.lower() == ".json" else "CSV"
+        line = raw.count(b"\n", 0, exc.start) + 1
         raise TraceError(
-            f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8 CSV"
+            f"{path}:{line}: not UTF-8 text (byte {exc.start}); save it as UTF-8 {kind}"
         ) from None
 
 
@@ -206,6 +209,18 @@ def _float(value: str, where: str, column: str) -> float:
     if not math.isfinite(number):
         raise TraceError(f"{where}: {column} is {value!r}; expected a finite number")
     return number
+
+
+def _scaled(text: str, value: float, scale: int) -> int:
+    """``value`` (parsed from ``text``) times ``scale``, rounded to an integer exactly.
+
+    Epoch times in seconds (``1700000000.25``) times 1e9 pass 2**53, where a float's
+    product is off by hundreds of nanoseconds: those are scaled in decimal.
+    """
+    product = value * scale
+    if abs(product) < 2**53:
+        return round(product)
+    return int((decimal.Decimal(text.strip()) * scale).to_integral_value())
 
 
 def _append_sample(
@@ -540,6 +555,11 @@ def _parse_datetime(value: str, where: str, zone: dt.tzinfo | None) -> int:
     try:
         stamp = dt.datetime.fromisoformat(text)
     except ValueError:
+        if _NUMBER.match(value) is not None:
+            raise TraceError(
+                f"{where}: time {value!r} is a number, not a date and time; give its unit "
+                "with --time-unit s (or ms, us, ns)"
+            ) from None
         raise TraceError(
             f"{where}: time {value!r} is not a date and time (2024/05/01 12:00:00.123)"
         ) from None
@@ -617,7 +637,7 @@ def _read_power_csv(path: Path, opts: PowerCsvOptions) -> Trace:
         if time_unit == "datetime":
             t = _parse_datetime(row[ti], where, zone)
         else:
-            t = round(_float(row[ti], where, time_col) * _TIME_UNITS[time_unit])
+            t = _scaled(row[ti], _float(row[ti], where, time_col), _TIME_UNITS[time_unit])
         p = _power_value(row[pi], power_unit, where, power_col)
         dev = _int(row[di].strip(), where, device_col or "") if di is not None else opts.device_id
         _append_sample(data.setdefault(dev, ([], [], [])), t, p, lineno, where, f"time {row[ti]!r}")

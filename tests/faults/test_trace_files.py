@@ -183,3 +183,20 @@ def test_plausible_files_say_nothing(tmp_path, zone):
         warnings.simplefilter("error")
         read_trace(smi)
     assert os.environ["TZ"] == "UTC"
+
+
+def test_an_epoch_timestamp_column_is_told_its_unit_option(tmp_path):
+    path = tmp_path / "p.csv"
+    rows = [f"{1_700_000_000 + t}.25,200\n" for t in range(11)]
+    path.write_text("timestamp,power_W\n" + "".join(rows))
+    with pytest.raises(TraceError, match=r"p\.csv:2: .* is a number.*--time-unit s"):
+        read_trace(path)
+    trace = read_trace(path, PowerCsvOptions(time_unit="s"))
+    assert int(trace.series[0].times_ns[0]) == 1_700_000_000_250_000_000
+
+
+def test_binary_json_is_called_json_with_its_line(tmp_path):
+    path = tmp_path / "run.json"
+    path.write_bytes(b'{"schema": "eopt.regions-report/1",\n "name": "\xff\xfe"}\n')
+    with pytest.raises(TraceError, match=r"run\.json:2: not UTF-8 text .*UTF-8 JSON$"):
+        read_trace(path)
