@@ -11,16 +11,27 @@ The names most users need are importable from here::
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from eopt.calculus.operators import idle, par, par_multi, seq
-from eopt.model.operating_point import OperatingPoint
-from eopt.model.signature import Signature
+if TYPE_CHECKING:
+    from eopt.calculus.frontier import Frontier
+    from eopt.calculus.operators import idle, par, par_multi, seq
+    from eopt.calculus.schedule import compose_schedule
+    from eopt.model.library import Library, read_library, write_library
+    from eopt.model.operating_point import OperatingPoint
+    from eopt.model.signature import Signature
 
 __version__ = "0.1.0"
 
-# Heavier parts load on first use, so `import eopt` stays fast.
+# Every name loads on first use: `eopt --help` and `eopt attribute` import eopt itself
+# and need none of them (the calculus alone pulls in numpy and YAML).
 _LAZY = {
+    "OperatingPoint": "eopt.model.operating_point",
+    "Signature": "eopt.model.signature",
+    "idle": "eopt.calculus.operators",
+    "par": "eopt.calculus.operators",
+    "par_multi": "eopt.calculus.operators",
+    "seq": "eopt.calculus.operators",
     "compose_schedule": "eopt.calculus.schedule",
     "Library": "eopt.model.library",
     "read_library": "eopt.model.library",
@@ -29,14 +40,18 @@ _LAZY = {
 }
 
 __all__ = [
+    "Frontier",
+    "Library",
     "OperatingPoint",
     "Signature",
     "__version__",
+    "compose_schedule",
     "idle",
     "par",
     "par_multi",
+    "read_library",
     "seq",
-    *_LAZY,
+    "write_library",
 ]
 
 
@@ -44,4 +59,10 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'eopt' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # looked up once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

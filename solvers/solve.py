@@ -1,8 +1,10 @@
 """Entry points: `solve`, `evaluate`, `fastest_makespan`, and the table of methods.
 
 `solve` checks its arguments, starts one `Budget` and one `Incumbent`, and hands both
-to the method asked for (`METHODS`: name → function, as `scipy.optimize.minimize`
-dispatches). Each method is a short sequence of stages (`solvers.stages`). Every plan
+to the method asked for (`METHODS`: name → `Method`, as `scipy.optimize.minimize`
+dispatches). Each method is a short sequence of stages (`solvers.stages`); its table
+entry also says what it does and when it stops, so that whoever offers the choice (a
+command line's ``--method``) reads its choices, help and defaults from here. Every plan
 handed out is evaluated with the real mode durations and meets its deadline; its
 `lower_bound` is the best certified bound found (the hull LP, the LP relaxation of the
 exact model, or the MILP's own bound).
@@ -29,7 +31,19 @@ from solvers.solution import Solution, build_solution
 from solvers.stages import accept_exact, lp_bound, relax_stages, windows_stage
 from solvers.stopping import RUN_TO_LIMIT, StopRule, Watch
 
-__all__ = ["METHODS", "evaluate", "fastest_makespan", "fastest_plan", "scaled", "solve"]
+__all__ = [
+    "DEFAULT_GAP",
+    "DEFAULT_METHOD",
+    "DEFAULT_TIME_LIMIT_S",
+    "METHODS",
+    "Method",
+    "evaluate",
+    "fastest_makespan",
+    "fastest_plan",
+    "method_named",
+    "scaled",
+    "solve",
+]
 
 
 def fastest_plan(ip: IndexedProblem) -> tuple[float, list[int]]:
@@ -223,8 +237,64 @@ def _auto(run: _Run) -> None:
         _exact(run, f"{inc.solver}, then {SOLVER_NAME} MILP")
 
 
-#: The methods of `solve`: name → function of the run.
-METHODS: dict[str, Callable[[_Run], None]] = {"auto": _auto, "relax": _relax, "milp": _milp}
+@dataclass(frozen=True)
+class Method:
+    """One method of `solve`.
+
+    Attributes:
+        name: What `solve` takes as ``method``.
+        run: Solves one run with its budget.
+        summary: What it does, in a few words (for help texts).
+        runs_to_limit: By default it searches until its optimality gap or its time
+            limit (`RUN_TO_LIMIT`) instead of stopping early at a small certified gap
+            or a stall (`StopRule()`).
+    """
+
+    name: str
+    run: Callable[[_Run], None]
+    summary: str
+    runs_to_limit: bool = False
+
+    @property
+    def stop(self) -> StopRule:
+        """The rule it stops by when `solve` is given none."""
+        return RUN_TO_LIMIT if self.runs_to_limit else StopRule()
+
+
+#: The methods of `solve`.
+METHODS: dict[str, Method] = {
+    m.name: m
+    for m in (
+        Method("auto", _auto, "relax, then MILP stages when the problem is small"),
+        Method("milp", _milp, "exact (time-limited)", runs_to_limit=True),
+        Method(
+            "relax",
+            _relax,
+            "LP relaxation, rounding, a repeated steady state for pipelines, and local "
+            "search (stops when it stalls)",
+        ),
+    )
+}
+
+#: The method `solve` uses unless told.
+DEFAULT_METHOD = "auto"
+
+#: `solve`'s time limit unless told, s.
+DEFAULT_TIME_LIMIT_S = 60.0
+
+#: `solve`'s optimality gap unless told (relative).
+DEFAULT_GAP = 1e-4
+
+
+def method_named(name: str) -> Method:
+    """The method called `name`.
+
+    Raises:
+        ProblemError: for a name `METHODS` does not hold, listing the ones it does.
+    """
+    if name not in METHODS:
+        raise ProblemError(f"unknown method {name!r}; use one of {', '.join(METHODS)}")
+    return METHODS[name]
 
 
 def _reserve(time_limit: float) -> float:
@@ -235,9 +305,9 @@ def _reserve(time_limit: float) -> float:
 def solve(
     problem: Problem,
     deadline: float | None = None,
-    method: str = "auto",
-    time_limit: float = 60.0,
-    gap: float = 1e-4,
+    method: str = DEFAULT_METHOD,
+    time_limit: float = DEFAULT_TIME_LIMIT_S,
+    gap: float = DEFAULT_GAP,
     stop: StopRule | None = None,
 ) -> Solution:
     """Minimum-energy assignment of modes whose makespan meets `deadline`.
@@ -256,10 +326,10 @@ def solve(
         time_limit: s of wall time, the hard cap.
         gap: relative optimality gap that counts as optimal.
         stop: when to stop before the time limit (`solvers.stopping.StopRule`). By
-            default relax and auto stop once the certified gap is ≤ 0.1 %, or once a
-            search that improves a finished plan gains ≤ 0.01 % over a window; milp,
-            the exact method, runs to `gap` or the time limit
-            (`solvers.stopping.RUN_TO_LIMIT`, which the others take too).
+            default the method's own (`Method.stop`): relax and auto stop once the
+            certified gap is ≤ 0.1 %, or once a search that improves a finished plan
+            gains ≤ 0.01 % over a window; milp, the exact method, runs to `gap` or the
+            time limit (`solvers.stopping.RUN_TO_LIMIT`, which the others take too).
 
     Returns:
         The plan; `status` is ``"optimal"`` (its gap ≤ `gap`), ``"time_limit"``,
@@ -277,8 +347,7 @@ def solve(
         >>> solve(p, deadline=1.5).modes["a"], solve(p, deadline=2.0).modes["a"]
         (0, 1)
     """
-    if method not in METHODS:
-        raise ProblemError(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
+    chosen = method_named(method)
     if not (isinstance(time_limit, (int, float)) and time_limit > 0):
         raise ProblemError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
     if not (isinstance(gap, (int, float)) and 0 <= gap < 1):
@@ -290,13 +359,13 @@ def solve(
     # Every stage works on the scaled problem; the plan is evaluated in s and J at the end.
     ip = scaled(original)
     at = None if deadline is None else deadline / ip.time_unit
-    rule = stop or (RUN_TO_LIMIT if method == "milp" else StopRule())
+    rule = stop or chosen.stop
     watch = Watch(rule=rule, started=budget.started)
     inc = Incumbent.start(ip, at, fast, watch)
     # The stages stop `_reserve` s before the limit, for checking the plan after them.
     run = _Run(ip, inc, budget.child(keep=_reserve(time_limit)), gap, t_fast / ip.time_unit)
     try:
-        METHODS[method](run)
+        chosen.run(run)
     except KeyboardInterrupt:
         # Ctrl-C: keep the cheapest plan seen (the stage that was running may have held
         # a cheaper one than the last stage handed back).

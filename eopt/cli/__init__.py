@@ -1,7 +1,9 @@
 """The ``eopt`` command line: a thin layer over the library.
 
 Each subcommand lives in its own module (``eopt/cli/<name>.py``) exposing ``command``;
-modules load only when their command runs, so ``eopt --help`` stays fast.
+modules load only when their command runs, so ``eopt --help`` stays fast. This module
+itself imports click and nothing of rich or of eopt's library: the console and the error
+reporting load when a command runs or fails.
 """
 
 from __future__ import annotations
@@ -13,9 +15,6 @@ import sys
 from typing import Any
 
 import click
-from rich.markup import escape
-
-from eopt.cli._common import console, err_console, report_error
 
 __all__ = ["hoist_debug", "main"]
 
@@ -81,6 +80,8 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
     Without an NVIDIA GPU, eopt uses its built-in simulated GPU and says so.
     """
+    from eopt.cli._common import console
+
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug or bool(os.environ.get("EOPT_DEBUG"))
     # One process may run several commands (tests, notebooks): --quiet is per command.
@@ -113,6 +114,18 @@ def main(argv: list[str] | None = None) -> Any:
     """Entry point of the ``eopt`` console script."""
     args, debug = hoist_debug(list(argv if argv is not None else sys.argv[1:]))
     debug = debug or bool(os.environ.get("EOPT_DEBUG"))
+    if debug:
+        return _main(args, debug)
+    import warnings
+
+    from eopt.cli._common import show_warning
+
+    with warnings.catch_warnings():  # the one-line rendering, for this command only
+        warnings.showwarning = show_warning
+        return _main(args, debug)
+
+
+def _main(args: list[str], debug: bool) -> Any:
     try:
         return cli.main(args=args, prog_name="eopt", standalone_mode=False)
     except click.exceptions.Abort:
@@ -122,6 +135,10 @@ def main(argv: list[str] | None = None) -> Any:
         exc.show()
         sys.exit(exc.exit_code)
     except click.UsageError as exc:
+        from rich.markup import escape
+
+        from eopt.cli._common import err_console
+
         # One line, like every other error: the message and where the help is (click's
         # own rendering adds the usage line and a blank line around it).
         where = exc.ctx.command_path if exc.ctx is not None else "eopt"
@@ -141,4 +158,6 @@ def main(argv: list[str] | None = None) -> Any:
     except Exception as exc:
         if debug:
             raise
+        from eopt.cli._common import report_error
+
         sys.exit(report_error(exc))

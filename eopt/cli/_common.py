@@ -1,4 +1,7 @@
-"""Helpers shared by the CLI commands: console, errors, small parsers."""
+"""Helpers shared by the CLI commands: console, errors, small parsers.
+
+The options that several commands share are in :mod:`eopt.cli.options`.
+"""
 
 from __future__ import annotations
 
@@ -11,22 +14,20 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from eopt.model.fileformats import atomic_write_text, dumps_json, json_ready
-from eopt.model.units import QuantityError, parse_fraction, parse_quantity
-
 __all__ = [
     "FiniteRange",
     "Fraction",
     "GpuList",
+    "Number",
     "Quantity",
     "UserError",
     "check_output",
     "console",
     "err_console",
-    "force_option",
+    "note",
     "parse_percent",
-    "quiet_option",
     "report_error",
+    "show_warning",
     "write_json",
 ]
 
@@ -43,6 +44,28 @@ class UserError(click.ClickException):
 
 # Error types whose message is written for users (bad input, missing rights …).
 _USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, KeyError, OSError, LookupError)
+
+
+def note(text: str) -> None:
+    """Say something worth knowing on stderr, one line (stdout stays the result's)."""
+    err_console.print(f"note: {escape(text)}", highlight=False)
+
+
+def show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
+    """``warnings.showwarning`` for the CLI: ``warning: <message>``, one line on stderr.
+
+    The message already names the file and the place; Python's own rendering (the
+    module, the line of eopt's source) is for developers (``--debug``).
+    """
+    del category, filename, lineno, file, line
+    err_console.print(f"[yellow]warning:[/] {escape(str(message))}", highlight=False)
 
 
 def _is_user_error(exc: BaseException) -> bool:
@@ -73,6 +96,8 @@ def parse_percent(text: str, what: str = "value") -> float:
     Raises:
         UserError: for anything else (see :func:`eopt.model.units.parse_fraction`).
     """
+    from eopt.model.units import QuantityError, parse_fraction
+
     try:
         return parse_fraction(text, what=what)
     except QuantityError as exc:
@@ -112,6 +137,8 @@ class Quantity(click.ParamType):
         Raises:
             UserError: one line naming the option, what was read and an example.
         """
+        from eopt.model.units import QuantityError, parse_quantity
+
         try:
             return parse_quantity(
                 value,
@@ -190,6 +217,81 @@ class GpuList(click.ParamType):
         return gpus
 
 
+class Number(click.ParamType):
+    """A finite number in a range, given bare or with its unit; errors are one line.
+
+    ``--cooldown 2``, ``--cooldown 2s`` and ``--cooldown 500ms`` are 2 s, 2 s and 0.5 s;
+    any other suffix (``2m``, ``2W``) is refused rather than guessed.
+
+    Args:
+        kind: ``int`` or ``float``.
+        lo: Smallest value allowed.
+        hi: Largest value allowed.
+        unit: The option's unit (``s``; empty for counts).
+        lo_open: Whether ``lo`` itself is excluded.
+        hi_open: Whether ``hi`` itself is excluded.
+    """
+
+    name = "number"
+
+    def __init__(
+        self, kind: type = float, lo: float = 0.0, hi: float = math.inf, unit: str = "",
+        lo_open: bool = False, hi_open: bool = False,
+    ) -> None:  # fmt: skip
+        self.kind, self.lo, self.hi, self.unit = kind, lo, hi, unit
+        self.lo_open, self.hi_open = lo_open, hi_open
+
+    def get_metavar(self, param: click.Parameter, *args: Any, **kwargs: Any) -> str:
+        """``SECONDS`` or ``N`` in --help."""
+        return "SECONDS" if self.unit == "s" else "N"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        """Parse and check ``value``.
+
+        Raises:
+            UserError: naming the option, the allowed range and an example.
+        """
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            number = float(value)
+        else:
+            number = self._parse(str(value).strip(), param)
+        if not math.isfinite(number) or not self._inside(number):
+            raise UserError(f"{self._name(param)} {value}: {self._expected()}")
+        if self.kind is int:
+            if not number.is_integer():
+                raise UserError(f"{self._name(param)} {value}: {self._expected()}")
+            return int(number)
+        return number
+
+    def _parse(self, text: str, param: click.Parameter | None) -> float:
+        scale = 1.0
+        if self.unit == "s":
+            for suffix, factor in (("ms", 1e-3), ("s", 1.0)):
+                if text.lower().endswith(suffix):
+                    text, scale = text[: -len(suffix)].strip(), factor
+                    break
+        try:
+            return float(text) * scale
+        except ValueError:
+            raise UserError(f"{self._name(param)} {text!r}: {self._expected()}") from None
+
+    def _inside(self, x: float) -> bool:
+        above = x > self.lo if self.lo_open else x >= self.lo
+        below = x < self.hi if self.hi_open else x <= self.hi
+        return above and below
+
+    def _name(self, param: click.Parameter | None) -> str:
+        return param.opts[0] if param is not None and param.opts else "value"
+
+    def _expected(self) -> str:
+        what = "a whole number" if self.kind is int else "a number"
+        unit = " s (a bare number, or with s or ms)" if self.unit == "s" else ""
+        low = f"> {self.lo:g}" if self.lo_open else f"≥ {self.lo:g}"
+        top = f"{self.hi:.0f}" if self.kind is int else f"{self.hi:g}"
+        high = f" and {'<' if self.hi_open else '≤'} {top}" if math.isfinite(self.hi) else ""
+        return f"expected {what} {low}{high}{unit}"
+
+
 def check_output(path: str | Path | None, force: bool, option: str = "--output") -> None:
     """The overwrite rule every eopt command follows: an existing output file is kept
     unless ``--force`` is given.
@@ -208,33 +310,6 @@ def check_output(path: str | Path | None, force: bool, option: str = "--output")
         )
 
 
-def quiet_option(fn: Any) -> Any:
-    """``-q/--quiet``: no progress, tables or notes on stdout; errors and warnings still
-    show on stderr, and ``--json`` still prints."""
-
-    def silence(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
-        if value:
-            console.quiet = True
-        return value
-
-    return click.option(
-        "-q",
-        "--quiet",
-        is_flag=True,
-        expose_value=False,
-        is_eager=True,
-        callback=silence,
-        help="No progress bar, tables or notes; errors still show.",
-    )(fn)
-
-
-def force_option(fn: Any) -> Any:
-    """``--force``: overwrite existing output files (see :func:`check_output`)."""
-    return click.option(
-        "--force", is_flag=True, help="Overwrite output files that exist (kept otherwise)."
-    )(fn)
-
-
 def write_json(path: str | Path, data: Any) -> None:
     """Write ``data`` as indented strict JSON to ``path`` (``-`` for stdout).
 
@@ -243,6 +318,8 @@ def write_json(path: str | Path, data: Any) -> None:
     a reader (Perfetto, ``json.loads`` of another language) would refuse the file. A file
     is replaced atomically (a new temporary file beside it, then a rename).
     """
+    from eopt.model.fileformats import atomic_write_text, dumps_json, json_ready
+
     text = dumps_json(json_ready(data), str(path), indent=2, ensure_ascii=False) + "\n"
     if str(path) == "-":
         sys.stdout.write(text)

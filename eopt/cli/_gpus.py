@@ -6,7 +6,9 @@ One reading of GPU options for every command: a plain integer is a CUDA ordinal,
 (``GPU-…`` or a unique prefix, ``MIG-…`` for an instance's whole GPU) and PCI bus ids name
 a GPU the same way for every tool. The mapping itself is the library's
 (:func:`eopt.devices.gpu_select.resolve_gpu`); this module turns its errors into one-line
-user errors and handles the simulated GPU, which has only indices.
+user errors and handles the simulated GPU, which has only indices. The options
+themselves, and their help, are :func:`eopt.cli.options.gpu_option` and
+:func:`eopt.cli.options.gpus_option`.
 """
 
 from __future__ import annotations
@@ -17,19 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from eopt.cli._common import UserError
 from eopt.devices.gpu_select import GpuInfo, GpuSelectError, resolve_gpu_in, visible_gpus
 
-__all__ = ["GPUS_HELP", "GPU_HELP", "parse_gpus", "resolve_gpu_option", "sim_gpu_index"]
-
-GPU_HELP = (
-    "The GPU: a plain integer is a CUDA ordinal as this process numbers it (0, cuda:1: the "
-    "GPU torch.device('cuda:1') uses, after CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER), "
-    "not nvidia-smi's index (write that nvml:N); or a UUID or unique prefix from "
-    "nvidia-smi -L (GPU-8f2c…; MIG-… means its whole GPU), or a PCI bus id (0000:3b:00.0)."
-)
-GPUS_HELP = (
-    "Watch several GPUs: 'all' (the GPUs CUDA_VISIBLE_DEVICES gives this process, or every "
-    "GPU when it is unset), or a comma-separated list named as for --gpu (0,1 | GPU-8f2c,"
-    "GPU-41aa | nvml:0,nvml:3). One power series each; per-region energy per GPU and summed."
-)
+__all__ = ["parse_gpus", "resolve_gpu_option", "sim_gpu_index"]
 
 
 def sim_gpu_index(spec: str, option: str = "--gpu", nvml_seen: bool = False) -> int:
@@ -57,7 +47,7 @@ def sim_gpu_index(spec: str, option: str = "--gpu", nvml_seen: bool = False) -> 
 
 
 def resolve_gpu_option(spec: str, option: str = "--gpu") -> int:
-    """The NVML index of the GPU ``spec`` names (see :data:`GPU_HELP`).
+    """The NVML index of the GPU ``spec`` names (see :data:`eopt.cli.options.GPU_HELP`).
 
     Raises:
         UserError: naming the option, when ``spec`` names no GPU present (the message

@@ -6,7 +6,8 @@ import sys
 
 import click
 
-from eopt.cli._common import UserError, console, err_console, quiet_option, write_json
+from eopt.cli._common import UserError, console, err_console, write_json
+from eopt.cli.options import gpu_backend_option, json_option, quiet_option, sim_model_option
 
 __all__ = ["command"]
 
@@ -35,23 +36,10 @@ __all__ = ["command"]
     help="Apply, run the command given after `--`, then restore (instead of keeping the "
     "settings until `eopt reset`).",
 )
-@click.option(
-    "--backend",
-    type=click.Choice(["auto", "nvml", "sim"]),
-    default="auto",
-    show_default=True,
-    help="GPUs through NVML, or the simulated GPU (auto: NVML when a GPU is present).",
-)
-@click.option(
-    "--sim-model",
-    default="A100-SXM4-40GB",
-    show_default=True,
-    help="Model of the simulated GPU (when the simulator is used).",
-)
-@click.option(
-    "--json", "as_json", is_flag=True, help="Print what is (or would be) set per GPU as JSON."
-)
-@quiet_option
+@gpu_backend_option()
+@sim_model_option("Model of the simulated GPU (when the simulator is used).")
+@json_option("Print what is (or would be) set per GPU as JSON.")
+@quiet_option()
 def command(
     schedule_path: str,
     cmd: tuple[str, ...],

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import click
 
-from eopt.cli._common import (
-    UserError,
-    check_output,
-    console,
+from eopt.cli._common import UserError, check_output, console, note, write_json
+from eopt.cli.options import (
+    domain_option,
     force_option,
+    json_option,
+    json_output_option,
     quiet_option,
-    write_json,
 )
 
 __all__ = ["command", "csv_options"]
@@ -34,6 +34,18 @@ def csv_options(f: click.decorators.FC) -> click.decorators.FC:
             help="Power CSV: unit of the time column (datetime: '2024/05/01 12:00:00.123').",
         ),
         click.option(
+            "--power-unit",
+            type=click.Choice(["W", "mW", "kW"], case_sensitive=False),
+            help="Power CSV: unit of bare numbers under a header that names none "
+            "(power_mW, 'power (mW)', 'power.draw [W]' name theirs).",
+        ),
+        click.option(
+            "--tz",
+            metavar="ZONE",
+            help="Power CSV: time zone of date-times without an offset, e.g. UTC or "
+            "America/New_York (default: the local zone, $TZ, as nvidia-smi prints).",
+        ),
+        click.option(
             "--events",
             "events_path",
             type=click.Path(dir_okay=False),
@@ -47,20 +59,14 @@ def csv_options(f: click.decorators.FC) -> click.decorators.FC:
 
 @click.command("attribute")
 @click.argument("path", metavar="PATH", type=click.Path())
-@click.option("--json", "as_json", is_flag=True, help="Print eopt.attribution/1 JSON on stdout.")
-@click.option(
-    "-o", "--output", type=click.Path(dir_okay=False), help="Also write the JSON to this file."
-)
-@click.option(
-    "--domain",
-    type=click.Choice(["GPU", "CPU_PKG", "CPU_DRAM", "NODE"], case_sensitive=False),
-    help="Only this power domain (default: every series, summed).",
-)
+@json_option("Print eopt.attribution/1 JSON on stdout.")
+@json_output_option()
+@domain_option()
 @click.option("--calls", is_flag=True, help="JSON: also list every call with its energy.")
 @click.option("--regions-only", is_flag=True, help="Table: hide kernels and copies.")
 @csv_options
-@quiet_option
-@force_option
+@quiet_option()
+@force_option()
 def command(
     path: str,
     as_json: bool,
@@ -71,6 +77,8 @@ def command(
     time_column: str | None,
     power_column: str | None,
     time_unit: str,
+    power_unit: str | None,
+    tz: str | None,
     events_path: str | None,
     force: bool,
 ) -> None:
@@ -92,6 +100,8 @@ def command(
       eopt attribute run-trace/
       eopt attribute data/fdbscan/illyad-2495425 --regions-only
       eopt attribute power.csv --events events.csv --time-unit datetime
+      eopt attribute smi.csv --events events.csv --tz UTC
+      eopt attribute dcgm.csv --power-unit mW
       eopt attribute mpi-run/ --json -o attribution.json
     """
     from eopt.attribute.engine import attribute_all
@@ -105,11 +115,17 @@ def command(
         power_column=power_column,
         time_unit=time_unit,
         events=events_path,
+        power_unit=power_unit,
+        tz=tz,
     )
     try:
-        result = attribute_all(read_traces(path, opts), domain=domain, source=path)
+        traces = read_traces(path, opts)
+        result = attribute_all(traces, domain=domain, source=path)
     except TraceError as exc:
         raise UserError(str(exc)) from None
+    zones = sorted({str(t.metadata["time_zone"]) for t in traces if "time_zone" in t.metadata})
+    if zones:
+        note(f"date-times without an offset read as {', '.join(zones)} (--tz to change)")
     data = result.to_dict(calls=calls)
     if output:
         write_json(output, data)

@@ -11,14 +11,14 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from eopt.cli._common import (
-    FiniteRange,
-    UserError,
-    check_output,
-    console,
+from eopt.cli._common import UserError, check_output, console, write_json
+from eopt.cli.options import (
+    confidence_option,
     force_option,
+    json_option,
     quiet_option,
-    write_json,
+    seed_option,
+    sim_model_option,
 )
 
 __all__ = ["command", "read_kernel_map"]
@@ -173,7 +173,7 @@ def _placement_outline(path: Path) -> tuple[list[str], list[str]]:
     is_flag=True,
     help="Without --sim: never change a GPU setting (elements may not lock clocks).",
 )
-@click.option("--model", default="A100-SXM4-40GB", show_default=True, help="Simulated GPU.")
+@sim_model_option("Simulated GPU.", name="--model")
 @click.option("--power-budget", "power_budget_w", type=float, help="Node power budget, W.")
 @click.option("--power-limit", "power_limit_w", type=float, help="Every GPU's power limit, W.")
 @click.option(
@@ -183,14 +183,8 @@ def _placement_outline(path: Path) -> tuple[list[str], list[str]]:
     type=click.IntRange(min=2),
     help="Runs per measurement.",
 )
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the runs.")
-@click.option(
-    "--confidence",
-    default=0.95,
-    show_default=True,
-    type=FiniteRange(0.0, 1.0, min_open=True, max_open=True),
-    help="Confidence of the whole-schedule test (energy and time together).",
-)
+@seed_option("Seed of the runs.")
+@confidence_option("Confidence of the whole-schedule test (energy and time together).")
 @click.option(
     "--max-rounds",
     default=4,
@@ -214,9 +208,9 @@ def _placement_outline(path: Path) -> tuple[list[str], list[str]]:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the characterized signatures (JSON lines) here.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print eopt.check/1 JSON.")
-@force_option
-@quiet_option
+@json_option("Print eopt.check/1 JSON.")
+@force_option()
+@quiet_option()
 def command(
     schedule_file: Path,
     library_files: tuple[Path, ...],

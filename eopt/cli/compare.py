@@ -6,13 +6,14 @@ from pathlib import Path
 
 import click
 
-from eopt.cli._common import (
-    UserError,
-    check_output,
-    console,
+from eopt.cli._common import UserError, check_output, console, write_json
+from eopt.cli.options import (
+    domain_option,
     force_option,
+    json_option,
+    json_output_option,
     quiet_option,
-    write_json,
+    seed_option,
 )
 
 __all__ = ["command"]
@@ -22,11 +23,7 @@ __all__ = ["command"]
 @click.argument("a_path", metavar="A", type=click.Path())
 @click.argument("b_path", metavar="B", type=click.Path())
 @click.option("--region", help="Compare this region (or kernel); default: whole runs.")
-@click.option(
-    "--domain",
-    type=click.Choice(["GPU", "CPU_PKG", "CPU_DRAM", "NODE"], case_sensitive=False),
-    help="Only this power domain (default: every series, summed).",
-)
+@domain_option()
 @click.option(
     "--edges",
     type=click.Choice(["interpolate", "inside"]),
@@ -49,13 +46,11 @@ __all__ = ["command"]
     show_default=True,
     help="Coverage of the confidence intervals.",
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
-@click.option("--json", "as_json", is_flag=True, help="Print eopt.comparison/1 JSON on stdout.")
-@click.option(
-    "-o", "--output", type=click.Path(dir_okay=False), help="Also write the JSON to this file."
-)
-@quiet_option
-@force_option
+@seed_option("Bootstrap seed.")
+@json_option("Print eopt.comparison/1 JSON on stdout.")
+@json_output_option()
+@quiet_option()
+@force_option()
 def command(
     a_path: str,
     b_path: str,

@@ -3,34 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.markup import escape
 from rich.table import Table
 
-from eopt.calculus.contextual import ContextOutsideError
-from eopt.calculus.contextual_schedule import Substitution, compose_with_interactions
-from eopt.calculus.expression import ExpressionError, expression_bias, parse_expression
-from eopt.calculus.expression import evaluate as evaluate_expression
-from eopt.calculus.interactions import InteractionsError, read_interactions
-from eopt.calculus.operators import CompositionError
-from eopt.calculus.schedule import (
-    DeviceUsage,
-    compose_schedule,
-    read_placements,
-    schedule_bias,
-    schedule_breakdown,
-)
-from eopt.calculus.uncertainty import (
-    BiasBound,
-    DeviationResult,
-    deviation_test,
-    prediction_interval,
-)
-from eopt.cli._common import FiniteRange, UserError, console, quiet_option, write_json
-from eopt.model.library import Library, LibraryError
-from eopt.model.signature import Signature
+from eopt.cli._common import UserError, console, write_json
+from eopt.cli.options import confidence_option, json_option, quiet_option
 from eopt.model.units import (
     QuantityError,
     format_energy,
@@ -40,6 +20,14 @@ from eopt.model.units import (
     format_time,
     parse_quantity,
 )
+
+# The calculus and the library files load when the command runs, not for its --help.
+if TYPE_CHECKING:
+    from eopt.calculus.contextual_schedule import Substitution
+    from eopt.calculus.schedule import DeviceUsage
+    from eopt.calculus.uncertainty import BiasBound, DeviationResult
+    from eopt.model.library import Library
+    from eopt.model.signature import Signature
 
 __all__ = ["command"]
 
@@ -93,6 +81,8 @@ def _null_context(library: Library) -> Library:
     interaction graph; they would make a name ambiguous. An element known only at a
     context (a co-run pair's composite) stays resolvable.
     """
+    from eopt.model.library import Library
+
     plain = {s.name for s in library if s.context is None}
     return Library(s for s in library if s.context is None or s.name not in plain)
 
@@ -105,6 +95,8 @@ def _report(
     usage: list[DeviceUsage] | None = None,
     substitutions: list[Substitution] | None = None,
 ) -> dict[str, Any]:
+    from eopt.calculus.uncertainty import prediction_interval
+
     interval = prediction_interval(sig, confidence)
     out: dict[str, Any] = {
         "schema": "eopt.composition/1",
@@ -240,13 +232,7 @@ def _print(data: dict[str, Any], confidence: float) -> None:
     metavar="W|DEV=W,...",
     help="Draw of idle gaps and padding (default: each device's static power).",
 )
-@click.option(
-    "--confidence",
-    default=0.95,
-    show_default=True,
-    type=FiniteRange(0.0, 1.0, min_open=True, max_open=True),
-    help="Confidence of the printed interval.",
-)
+@confidence_option("Confidence of the printed interval.")
 @click.option(
     "--measured",
     metavar="J[±σ]",
@@ -259,8 +245,8 @@ def _print(data: dict[str, Any], confidence: float) -> None:
     help="Interaction graph (eopt.interactions/1): pairs in it compose with their "
     "characterized values (with --schedule); the bias bound covers the rest.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
-@quiet_option
+@json_option("Print JSON for machines.")
+@quiet_option()
 def command(
     args: tuple[str, ...],
     schedule_file: Path | None,
@@ -286,6 +272,21 @@ def command(
       eopt compose plan.signatures.jsonl --schedule schedule.json --measured 253.4J±0.5J
       eopt compose lib.jsonl contextual.jsonl --schedule s.yaml --graph interactions.json
     """
+    from eopt.calculus.contextual import ContextOutsideError
+    from eopt.calculus.contextual_schedule import compose_with_interactions
+    from eopt.calculus.expression import ExpressionError, expression_bias, parse_expression
+    from eopt.calculus.expression import evaluate as evaluate_expression
+    from eopt.calculus.interactions import InteractionsError, read_interactions
+    from eopt.calculus.operators import CompositionError
+    from eopt.calculus.schedule import (
+        compose_schedule,
+        read_placements,
+        schedule_bias,
+        schedule_breakdown,
+    )
+    from eopt.calculus.uncertainty import deviation_test
+    from eopt.model.library import Library, LibraryError
+
     if schedule_file is None:
         if len(args) < 2:
             raise UserError(

@@ -10,7 +10,8 @@ from typing import Any
 import click
 from rich.markup import escape
 
-from eopt.cli._common import Fraction, console, err_console, quiet_option, write_json
+from eopt.cli._common import Fraction, console, err_console, write_json
+from eopt.cli.options import json_option, quiet_option, seed_option
 from eopt.model.units import format_energy, format_percent, format_time
 
 __all__ = ["command"]
@@ -46,9 +47,9 @@ __all__ = ["command"]
     show_default=True,
     help="Deadline above the fastest iteration time (a bare 5 is refused: write 5%).",
 )
-@click.option("--seed", default=0, show_default=True, help="Seed of the simulator's noise.")
-@click.option("--json", "as_json", is_flag=True, help="Print the headline numbers as JSON.")
-@quiet_option
+@seed_option("Seed of the simulator's noise.")
+@json_option("Print the headline numbers as JSON.")
+@quiet_option()
 def command(
     out_dir: Path, stages: int, microbatches: int, slowdown: float, seed: int, as_json: bool
 ) -> None:

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.table import Table
 
-from eopt.calculus.frontier import Frontier
-from eopt.cli._common import UserError, console, write_json
-from eopt.cli.sweep import Number
-from eopt.model.frontier_table import write_frontier_csv
-from eopt.model.library import Library
+from eopt.cli._common import Number, UserError, console, write_json
+from eopt.cli.options import dominance_option, json_option, quiet_option
+
+if TYPE_CHECKING:
+    from eopt.calculus.frontier import Frontier
+    from eopt.model.library import Library
 
 __all__ = ["command"]
 
@@ -20,6 +21,8 @@ __all__ = ["command"]
 def _frontiers(
     library: Library, elements: tuple[str, ...], dominance: str, confidence: float
 ) -> dict[str, Frontier]:
+    from eopt.calculus.frontier import Frontier
+
     names = list(elements) or library.names()
     return {
         name: Frontier.from_signatures(library.by_name(name), dominance, confidence)
@@ -40,13 +43,7 @@ def _rows(frontiers: dict[str, Frontier]) -> list[dict[str, Any]]:
 @click.option(
     "--element", "elements", multiple=True, help="Element name (repeatable; default: all)."
 )
-@click.option(
-    "--dominance",
-    type=click.Choice(["interval", "point"]),
-    default="interval",
-    show_default=True,
-    help="interval: drop a cell only when intervals separate; point: compare means.",
-)
+@dominance_option("interval: drop a cell only when intervals separate; point: compare means.")
 @click.option(
     "--confidence",
     type=Number(float, 0, 1, lo_open=True, hi_open=True),
@@ -67,10 +64,8 @@ def _rows(frontiers: dict[str, Frontier]) -> list[dict[str, Any]]:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the rows as CSV.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON instead of tables.")
-@click.option(
-    "-q", "--quiet", is_flag=True, help="No tables or 'Wrote' lines; files are still written."
-)
+@json_option("Print the rows as JSON instead of tables.")
+@quiet_option("No tables or 'Wrote' lines; files are still written.")
 def command(
     library_file: Path,
     elements: tuple[str, ...],
@@ -79,7 +74,6 @@ def command(
     plot: Path | None,
     csv_path: Path | None,
     as_json: bool,
-    quiet: bool,
 ) -> None:
     """Print the time–energy Pareto frontier of each element of a signature library.
 
@@ -93,6 +87,9 @@ def command(
       eopt frontier lib.jsonl --dominance point --csv frontier.csv --json
       eopt frontier gemm.jsonl --plot gemm.svg -q
     """
+    from eopt.model.frontier_table import write_frontier_csv
+    from eopt.model.library import Library
+
     if plot is not None and plot.suffix.lower() not in (".png", ".svg", ".pdf"):
         raise UserError(f"--plot {plot}: use a file name ending in .png, .svg or .pdf")
     library = Library.load(library_file)
@@ -108,8 +105,6 @@ def command(
         plot_element_frontiers(frontiers, plot, title=f"Time–energy frontiers: {library_file.name}")
     if as_json:
         write_json("-", rows)
-        return
-    if quiet:
         return
     for name, front in frontiers.items():
         table = Table(

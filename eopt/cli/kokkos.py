@@ -8,6 +8,7 @@ import click
 from rich.markup import escape
 
 from eopt.cli._common import UserError, err_console
+from eopt.cli.options import force_option
 
 __all__ = ["command"]
 
@@ -29,7 +30,7 @@ def command() -> None:
 
 
 @command.command("build")
-@click.option("--force", is_flag=True, help="Rebuild even when a built library is cached.")
+@force_option("Rebuild even when a built library is cached.")
 def build(force: bool) -> None:
     """Compile the connector with the system C compiler and print the library's path."""
     from eopt.measure.kokkos import KokkosBuildError, build_connector

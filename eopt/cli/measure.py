@@ -11,15 +11,17 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from eopt.cli._common import (
-    UserError,
-    check_output,
-    console,
-    err_console,
+from eopt.cli._common import UserError, check_output, console, err_console, write_json
+from eopt.cli._gpus import parse_gpus, resolve_gpu_option, sim_gpu_index
+from eopt.cli.options import (
+    force_option,
+    gpu_option,
+    gpus_option,
+    json_option,
+    meter_method_option,
+    power_backend_option,
     quiet_option,
-    write_json,
 )
-from eopt.cli._gpus import GPU_HELP, GPUS_HELP, parse_gpus, resolve_gpu_option, sim_gpu_index
 from eopt.devices.base import WallClock
 from eopt.measure.command import CommandMeasurement, MeasureError, measure_command
 
@@ -177,7 +179,7 @@ def print_report(result: CommandMeasurement) -> None:
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
 )
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+@json_option("Print the result as JSON on stdout.")
 @click.option(
     "-o",
     "--output",
@@ -185,29 +187,16 @@ def print_report(result: CommandMeasurement) -> None:
     help="Also write the JSON result to this file (for `eopt report --measurement`); with "
     "--repeat, the run-set folder.",
 )
-@click.option(
-    "--backend",
-    type=click.Choice(["auto", "nvml", "rapl", "nvml,rapl", "none"]),
-    default="auto",
-    show_default=True,
-    help="Power sources: NVIDIA GPUs (nvml), the CPU packages and DRAM through Linux "
-    "powercap (rapl), both, or none (events only). auto: the GPUs, plus RAPL where readable.",
-)
-@click.option("--gpu", "gpu", default="0", show_default=True, help=GPU_HELP)
-@click.option("--gpus", help=GPUS_HELP)
+@power_backend_option()
+@gpu_option()
+@gpus_option()
 @click.option(
     "--kokkos",
     is_flag=True,
     help="Attach eopt's Kokkos Tools connector (built on first use): regions, kernels, "
     "deep copies and fences of an unmodified Kokkos program.",
 )
-@click.option(
-    "--method",
-    type=click.Choice(["auto", "counter", "sampler"]),
-    default="auto",
-    show_default=True,
-    help="Energy counter or power sampling.",
-)
+@meter_method_option()
 @click.option(
     "--trace-dir",
     type=click.Path(file_okay=False),
@@ -232,12 +221,8 @@ def print_report(result: CommandMeasurement) -> None:
     default=0.0,
     help="With --repeat: idle seconds between runs.",
 )
-@click.option(
-    "--force",
-    is_flag=True,
-    help="Overwrite the -o file, or write into a trace or run-set folder that is not empty.",
-)
-@quiet_option
+@force_option("Overwrite the -o file, or write into a trace or run-set folder that is not empty.")
+@quiet_option()
 def command(
     cmd: tuple[str, ...],
     as_json: bool,

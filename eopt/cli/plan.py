@@ -14,10 +14,9 @@ from eopt.cli._common import (
     UserError,
     check_output,
     console,
-    force_option,
-    quiet_option,
     write_json,
 )
+from eopt.cli.options import force_option, json_option, quiet_option
 from eopt.model.library import Library, write_library
 from eopt.model.planfile import write_plan
 from eopt.model.units import format_power
@@ -105,9 +104,9 @@ def _library_file_for(plan_path: Path) -> Path:
     help="Plan file to write (.yaml or .json); an imported profile goes next to it as "
     "<name>.signatures.jsonl.",
 )
-@force_option
-@click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
-@quiet_option
+@force_option()
+@json_option("Print what was written as JSON.")
+@quiet_option()
 def pipeline(
     profile: Path | None,
     library: Path | None,

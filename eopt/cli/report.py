@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from eopt.cli._common import UserError, check_output, console, force_option, quiet_option
+from eopt.cli._common import UserError, check_output, console
+from eopt.cli.options import force_option, quiet_option
 from eopt.cli.trace import is_recording
 
 __all__ = ["command"]
@@ -66,8 +67,8 @@ __all__ = ["command"]
     type=click.Path(dir_okay=False),
     help="HTML file to write.",
 )
-@force_option
-@quiet_option
+@force_option()
+@quiet_option()
 def command(
     libraries: tuple[str, ...],
     schedule_path: str | None,

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from eopt.cli._common import UserError, console, err_console, quiet_option, write_json
+from eopt.cli._common import UserError, console, err_console, write_json
+from eopt.cli.options import force_option, json_option, quiet_option
 
 if TYPE_CHECKING:
     from eopt.devices.guard import StateFile
@@ -115,14 +116,12 @@ def _gpu_filter(specs: tuple[str, ...]) -> Any:
     "~/.local/state/eopt, and under sudo also the invoking user's ~/.local/state/eopt.",
 )
 @click.option("--dry-run", is_flag=True, help="Print what would be done; change nothing.")
-@click.option(
-    "--force",
-    is_flag=True,
-    help="Also restore GPUs saved by eopt processes that are still running, even while "
-    "they hold the GPU's lock.",
+@force_option(
+    "Also restore GPUs saved by eopt processes that are still running, even while they "
+    "hold the GPU's lock."
 )
-@click.option("--json", "as_json", is_flag=True, help="Print what was (or would be) restored.")
-@quiet_option
+@json_option("Print what was (or would be) restored.")
+@quiet_option()
 def command(
     gpus: tuple[str, ...],
     state_dirs: tuple[Path, ...],

@@ -9,7 +9,8 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from eopt.cli._common import UserError, check_output, console, force_option, write_json
+from eopt.cli._common import UserError, check_output, console, write_json
+from eopt.cli.options import force_option, json_option
 
 __all__ = ["command"]
 
@@ -75,8 +76,8 @@ def _base_profile(requested: str | None, library_model: str | None) -> tuple[str
     "library's device model when built in, else A100-SXM4-80GB.",
 )
 @click.option("--model", "model_name", metavar="NAME", help="Model name the profile carries.")
-@click.option("--json", "as_json", is_flag=True, help="Print the errors and fit as JSON.")
-@force_option
+@json_option("Print the errors and fit as JSON.")
+@force_option()
 def fit_command(
     library: Path,
     output: Path | None,

@@ -28,10 +28,9 @@ from eopt.cli._common import (
     check_output,
     console,
     err_console,
-    force_option,
-    quiet_option,
     write_json,
 )
+from eopt.cli.options import force_option, json_option, quiet_option
 from eopt.model.library import Library
 from eopt.model.operating_point import OperatingPoint
 from eopt.model.planfile import Plan, read_plan
@@ -45,14 +44,20 @@ from eopt.model.units import (
 from eopt.plan.budget import TimeBudget
 from eopt.plan.problem import load_plan_library
 from eopt.plan.solve import FrontierPlan, plan_frontier, savings, solve_plan
+from solvers.solve import (
+    DEFAULT_GAP,
+    DEFAULT_METHOD,
+    DEFAULT_TIME_LIMIT_S,
+    METHODS,
+    method_named,
+)
+from solvers.stopping import STALL_GAIN, STOP_GAP
 
 if TYPE_CHECKING:
     from eopt.plan.confidence import ConfidenceResult
     from solvers.stopping import StopRule
 
 __all__ = ["MAX_POINTS", "command", "print_headline", "summarize_choices"]
-
-METHODS = ("auto", "milp", "relax")
 
 #: Most frontier points one call computes (each is a solve).
 MAX_POINTS = 1000
@@ -199,17 +204,38 @@ def _print_on_time(result: ConfidenceResult) -> None:
 def stop_rule(stop_gap: float | None, stall: float | None, method: str) -> StopRule | None:
     """The solver's stop rule from --stop-gap and --stall; what is not given keeps the
     solver's default for ``method`` (None when neither is given)."""
-    # Imported here: the solvers pull in HiGHS, and `eopt --help` should not wait for it.
-    from solvers.stopping import RUN_TO_LIMIT, StopRule
-
     if stop_gap is None and stall is None:
         return None
-    rule = RUN_TO_LIMIT if method == "milp" else StopRule()
+    rule = method_named(method).stop
     return replace(
         rule,
         gap=rule.gap if stop_gap is None else stop_gap,
         stall_gain=rule.stall_gain if stall is None else stall,
     )
+
+
+def _percent(fraction: float) -> str:
+    """``0.001`` → ``0.1%``: a default as --gap, --stop-gap and --stall read it."""
+    return f"{100 * fraction:g}%"
+
+
+def _method_help() -> str:
+    """Each method and what it does; the default last, since it combines the others."""
+    names = [n for n in METHODS if n != DEFAULT_METHOD] + [DEFAULT_METHOD]
+    return "; ".join(f"{n}: {METHODS[n].summary}" for n in names) + "."
+
+
+def _stop_default_help(default: float, *, name_the_others: bool = False) -> str:
+    """``[default: 0.1% for auto and relax; milp runs to --gap or --time-limit]``: the
+    methods that stop early by default (at ``default``) and, when asked, those that run
+    to their limit."""
+    early = " and ".join(n for n, m in METHODS.items() if not m.runs_to_limit)
+    to_limit = [n for n, m in METHODS.items() if m.runs_to_limit]
+    text = f"default: {_percent(default)} for {early}"
+    if name_the_others and to_limit:
+        verb = "runs" if len(to_limit) == 1 else "run"
+        text += f"; {' and '.join(to_limit)} {verb} to --gap or --time-limit"
+    return f"[{text}]"
 
 
 def _write_frontier_csv(path: Path, points: list[FrontierPlan]) -> None:
@@ -354,19 +380,15 @@ def _run_frontier(
 )
 @click.option(
     "--method",
-    type=click.Choice(METHODS),
-    default="auto",
+    type=click.Choice(list(METHODS)),
+    default=DEFAULT_METHOD,
     show_default=True,
-    help=(
-        "milp: exact (time-limited); relax: LP relaxation, rounding, a repeated"
-        " steady state for pipelines, and local search (stops when it stalls); auto:"
-        " relax, then MILP stages when the problem is small."
-    ),
+    help=_method_help(),
 )
 @click.option(
     "--time-limit",
     type=Quantity("s", positive=True),
-    default="60s",
+    default=f"{DEFAULT_TIME_LIMIT_S:g}s",
     show_default=True,
     help="Wall time for the whole solve, reading and building the problem included "
     "(per point with --frontier).",
@@ -374,21 +396,21 @@ def _run_frontier(
 @click.option(
     "--gap",
     type=Fraction(),
-    default="0.01%",
+    default=_percent(DEFAULT_GAP),
     show_default=True,
     help="Optimality gap: a plan this close to its certified bound is optimal.",
 )
 @click.option(
     "--stop-gap",
     type=Fraction(),
-    help="Stop once the certified gap is at most this [default: 0.1% for auto and relax;"
-    " milp runs to --gap or --time-limit]. 0 never stops on the gap.",
+    help="Stop once the certified gap is at most this "
+    f"{_stop_default_help(STOP_GAP, name_the_others=True)}. 0 never stops on the gap.",
 )
 @click.option(
     "--stall",
     type=Fraction(),
     help="Stop once the search gains at most this over a window (2 s, or half the time "
-    "spent if longer) [default: 0.01% for auto and relax]. 0 never stops on a stall.",
+    f"spent if longer) {_stop_default_help(STALL_GAIN)}. 0 never stops on a stall.",
 )
 @click.option(
     "--library",
@@ -431,9 +453,9 @@ def _run_frontier(
     type=click.Path(dir_okay=False, path_type=Path),
     help="schedule.json (or frontier.csv with --frontier).",
 )
-@force_option
-@click.option("--json", "as_json", is_flag=True, help="Print the schedule as JSON on stdout.")
-@quiet_option
+@force_option()
+@json_option("Print the schedule as JSON on stdout.")
+@quiet_option()
 def command(
     plan_file: Path,
     deadline: float | None,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import click
@@ -17,8 +16,18 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from eopt.cli._common import UserError, console, err_console, write_json
-from eopt.cli._gpus import GPU_HELP, resolve_gpu_option, sim_gpu_index
+from eopt.cli._common import Number, UserError, console, err_console, write_json
+from eopt.cli._gpus import resolve_gpu_option, sim_gpu_index
+from eopt.cli.options import (
+    dominance_option,
+    gpu_backend_option,
+    gpu_option,
+    json_option,
+    meter_method_option,
+    quiet_option,
+    seed_option,
+    sim_model_option,
+)
 from eopt.devices.base import DeviceError, DevicePermissionError
 from eopt.measure.command import MeasureError
 from eopt.measure.meter import MeterError
@@ -40,82 +49,7 @@ from eopt.runs.sweep import (
     sweep,
 )
 
-__all__ = ["Number", "command", "open_sweep_device", "print_cells", "print_frontier", "result_json"]
-
-
-class Number(click.ParamType):
-    """A finite number in a range, given bare or with its unit; errors are one line.
-
-    ``--cooldown 2``, ``--cooldown 2s`` and ``--cooldown 500ms`` are 2 s, 2 s and 0.5 s;
-    any other suffix (``2m``, ``2W``) is refused rather than guessed.
-
-    Args:
-        kind: ``int`` or ``float``.
-        lo: Smallest value allowed.
-        hi: Largest value allowed.
-        unit: The option's unit (``s``; empty for counts).
-        lo_open: Whether ``lo`` itself is excluded.
-        hi_open: Whether ``hi`` itself is excluded.
-    """
-
-    name = "number"
-
-    def __init__(
-        self, kind: type = float, lo: float = 0.0, hi: float = math.inf, unit: str = "",
-        lo_open: bool = False, hi_open: bool = False,
-    ) -> None:  # fmt: skip
-        self.kind, self.lo, self.hi, self.unit = kind, lo, hi, unit
-        self.lo_open, self.hi_open = lo_open, hi_open
-
-    def get_metavar(self, param: click.Parameter, *args: Any, **kwargs: Any) -> str:
-        """``SECONDS`` or ``N`` in --help."""
-        return "SECONDS" if self.unit == "s" else "N"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        """Parse and check ``value``.
-
-        Raises:
-            UserError: naming the option, the allowed range and an example.
-        """
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            number = float(value)
-        else:
-            number = self._parse(str(value).strip(), param)
-        if not math.isfinite(number) or not self._inside(number):
-            raise UserError(f"{self._name(param)} {value}: {self._expected()}")
-        if self.kind is int:
-            if not number.is_integer():
-                raise UserError(f"{self._name(param)} {value}: {self._expected()}")
-            return int(number)
-        return number
-
-    def _parse(self, text: str, param: click.Parameter | None) -> float:
-        scale = 1.0
-        if self.unit == "s":
-            for suffix, factor in (("ms", 1e-3), ("s", 1.0)):
-                if text.lower().endswith(suffix):
-                    text, scale = text[: -len(suffix)].strip(), factor
-                    break
-        try:
-            return float(text) * scale
-        except ValueError:
-            raise UserError(f"{self._name(param)} {text!r}: {self._expected()}") from None
-
-    def _inside(self, x: float) -> bool:
-        above = x > self.lo if self.lo_open else x >= self.lo
-        below = x < self.hi if self.hi_open else x <= self.hi
-        return above and below
-
-    def _name(self, param: click.Parameter | None) -> str:
-        return param.opts[0] if param is not None and param.opts else "value"
-
-    def _expected(self) -> str:
-        what = "a whole number" if self.kind is int else "a number"
-        unit = " s (a bare number, or with s or ms)" if self.unit == "s" else ""
-        low = f"> {self.lo:g}" if self.lo_open else f"≥ {self.lo:g}"
-        top = f"{self.hi:.0f}" if self.kind is int else f"{self.hi:g}"
-        high = f" and {'<' if self.hi_open else '≤'} {top}" if math.isfinite(self.hi) else ""
-        return f"expected {what} {low}{high}{unit}"
+__all__ = ["command", "open_sweep_device", "print_cells", "print_frontier", "result_json"]
 
 
 def open_sweep_device(backend: str, gpu: str, sim_model: str, seed: int, control: bool) -> Any:
@@ -123,7 +57,7 @@ def open_sweep_device(backend: str, gpu: str, sim_model: str, seed: int, control
 
     Args:
         backend: ``auto``, ``nvml`` or ``sim``.
-        gpu: The ``--gpu`` value (see :data:`eopt.cli._gpus.GPU_HELP`): resolved to the
+        gpu: The ``--gpu`` value (see :data:`eopt.cli.options.GPU_HELP`): resolved to the
             physical GPU through NVML where NVML sees GPUs; the simulated GPU takes an
             index.
         sim_model: Simulated GPU model.
@@ -356,33 +290,11 @@ _SECONDS_HELP = "s; a bare number, or with s or ms"
     help="Never change the GPU: measure at its current setting (shared machines).",
 )
 @click.option("--resume", is_flag=True, help="Skip cells already in the output file.")
-@click.option(
-    "--backend",
-    type=click.Choice(["auto", "nvml", "sim"]),
-    default=None,
-    help="Device backend (default: sim for sim: kernels, else auto).",
-)
-@click.option("--gpu", "gpu", default="0", show_default=True, help=GPU_HELP)
-@click.option(
-    "--sim-model",
-    default="A100-SXM4-40GB",
-    show_default=True,
-    help="Simulated GPU model, or a profile file from `eopt sim fit`.",
-)
-@click.option(
-    "--seed",
-    type=Number(int, 0, 2**32 - 1),
-    default=0,
-    show_default=True,
-    help="Seed (sim noise, bootstrap).",
-)
-@click.option(
-    "--method",
-    type=click.Choice(["auto", "counter", "sampler"]),
-    default="auto",
-    show_default=True,
-    help="Energy counter or power sampling.",
-)
+@gpu_backend_option(None, "Device backend (default: sim for sim: kernels, else auto).")
+@gpu_option()
+@sim_model_option("Simulated GPU model, or a profile file from `eopt sim fit`.")
+@seed_option("Seed (sim noise, bootstrap).", type=Number(int, 0, 2**32 - 1))
+@meter_method_option()
 @click.option(
     "--warmup", type=Number(int, 0, 1000), default=2, show_default=True, help="Warm-up windows."
 )
@@ -421,17 +333,9 @@ _SECONDS_HELP = "s; a bare number, or with s or ms"
     help=f"Shortest measured window, up to 60 ({_SECONDS_HELP}; default: ten sensor "
     "update periods).",
 )
-@click.option(
-    "--dominance",
-    type=click.Choice(["interval", "point"]),
-    default="interval",
-    show_default=True,
-    help="Frontier dominance under uncertainty.",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print the cells and the frontier as JSON.")
-@click.option(
-    "-q", "--quiet", is_flag=True, help="No progress bar, tables or notes; errors still show."
-)
+@dominance_option("Frontier dominance under uncertainty.")
+@json_option("Print the cells and the frontier as JSON.")
+@quiet_option(expose=True)
 def command(
     kernel: str | None,
     output: str,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 from rich.markup import escape
 
-from eopt.cli._common import UserError, check_output, console, force_option, quiet_option
+from eopt.cli._common import UserError, check_output, console
+from eopt.cli.options import force_option, quiet_option
 
 __all__ = ["command", "is_recording"]
 
@@ -40,8 +41,8 @@ def is_recording(path: str) -> bool:
     type=click.Path(dir_okay=False),
     help="Trace file to write.",
 )
-@force_option
-@quiet_option
+@force_option()
+@quiet_option()
 def command(
     schedule_path: str | None, measurement_path: str | None, output: str, force: bool
 ) -> None:

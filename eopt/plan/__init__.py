@@ -7,15 +7,43 @@
   group becomes one task priced as ``par`` of its members).
 * :mod:`eopt.plan.solve` — solve, plan frontier, solution → schedule.
 * :mod:`eopt.model.schedule` — schedule files (``eopt.schedule/1``).
+
+Every name here loads on first use: generating a pipeline plan should not wait for the
+solvers, and reading a plan file should not wait for the pipeline generators.
 """
 
 from __future__ import annotations
 
-from eopt.model.planfile import Plan, PlanDevice, PlanElement, PlanError, read_plan, write_plan
-from eopt.plan.perseus import ProfileError, read_perseus_profile
-from eopt.plan.pipeline import gpipe_order, one_f_one_b_order, pipeline_plan
-from eopt.plan.problem import PlanProblem, PlanTask, build_problem, load_plan_library
-from eopt.plan.solve import plan_frontier, schedule_from_solution, solve_plan
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from eopt.model.planfile import Plan, PlanDevice, PlanElement, PlanError, read_plan, write_plan
+    from eopt.plan.perseus import ProfileError, read_perseus_profile
+    from eopt.plan.pipeline import gpipe_order, one_f_one_b_order, pipeline_plan
+    from eopt.plan.problem import PlanProblem, PlanTask, build_problem, load_plan_library
+    from eopt.plan.solve import plan_frontier, schedule_from_solution, solve_plan
+
+_LAZY = {
+    "Plan": "eopt.model.planfile",
+    "PlanDevice": "eopt.model.planfile",
+    "PlanElement": "eopt.model.planfile",
+    "PlanError": "eopt.model.planfile",
+    "read_plan": "eopt.model.planfile",
+    "write_plan": "eopt.model.planfile",
+    "ProfileError": "eopt.plan.perseus",
+    "read_perseus_profile": "eopt.plan.perseus",
+    "gpipe_order": "eopt.plan.pipeline",
+    "one_f_one_b_order": "eopt.plan.pipeline",
+    "pipeline_plan": "eopt.plan.pipeline",
+    "PlanProblem": "eopt.plan.problem",
+    "PlanTask": "eopt.plan.problem",
+    "build_problem": "eopt.plan.problem",
+    "load_plan_library": "eopt.plan.problem",
+    "plan_frontier": "eopt.plan.solve",
+    "schedule_from_solution": "eopt.plan.solve",
+    "solve_plan": "eopt.plan.solve",
+}
 
 __all__ = [
     "Plan",
@@ -37,3 +65,16 @@ __all__ = [
     "solve_plan",
     "write_plan",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'eopt.plan' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # looked up once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

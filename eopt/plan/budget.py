@@ -1,11 +1,14 @@
-"""The time limit of a solve as a budget that every stage draws from.
+"""A solve's time limit, as the plan layer spends it: :class:`solvers.budget.Budget` plus
+the stages of building the problem.
 
 ``eopt solve --time-limit 3`` promises an answer in about 3 s, model building included:
 reading the plan, building the problem and indexing it count, and the solver gets what
-is left. Building cannot stop half-way, so it is checked between stages: when the budget
-is spent before the solver could start, the solve is refused with the time building took
-and a limit that would do (:class:`SolveTimeLimitError`). Once the solver runs, it keeps to
-what it was given and hands out the best plan found by then.
+is left. The clock and the deadline are the solvers' one :class:`~solvers.budget.Budget`;
+this adapter adds only what the plan layer needs on top of it: a limit checked as a user
+gave it, a log of the building stages, and the refusal when building left the solver
+too little (:class:`SolveTimeLimitError`, with the time building took and a limit that
+would do). Building cannot stop half-way, so it is checked between stages; once the
+solver runs, it keeps to what it was given and hands out the best plan found by then.
 
 The clock is injectable, so tests can check the mechanism without timing anything.
 """
@@ -13,11 +16,13 @@ The clock is injectable, so tests can check the mechanism without timing anythin
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from eopt.model.planfile import PlanError
+
+if TYPE_CHECKING:
+    from solvers.budget import Budget
 
 __all__ = ["MIN_SOLVE_S", "SolveTimeLimitError", "TimeBudget"]
 
@@ -30,40 +35,52 @@ class SolveTimeLimitError(PlanError):
     """The time limit ran out before the solver could start (building took it all)."""
 
 
-@dataclass
 class TimeBudget:
     """Wall time for one solve, counted from ``started``.
 
+    Args:
+        limit_s: The whole budget, in s (finite, > 0).
+        clock: A monotonic clock in s (default: the solvers' clock; tests inject their
+            own).
+        started: The clock's reading when the budget began (default: now), e.g. the
+            start of the command, so that reading the plan counts too.
+
     Attributes:
-        limit_s: The whole budget, in s.
-        clock: A monotonic clock in s (``time.perf_counter``; tests inject their own).
-        started: The clock's reading when the budget began (default: at creation), e.g.
-            the start of the command, so that reading the plan counts too.
+        limit_s: The limit as given, in s.
+        budget: The solvers' budget it draws on.
         stages: (stage, s spent in it) in order, for messages.
+
+    Raises:
+        PlanError: for a limit that is not a finite number of seconds above 0.
     """
 
-    limit_s: float
-    clock: Callable[[], float] = time.perf_counter
-    started: float | None = None
-    stages: list[tuple[str, float]] = field(default_factory=list)
+    def __init__(
+        self,
+        limit_s: float,
+        clock: Callable[[], float] | None = None,
+        started: float | None = None,
+    ) -> None:
+        # Imported here: the solvers package loads HiGHS, and reading a schedule's
+        # savings (eopt report) imports this module without solving anything.
+        from solvers.budget import Budget, now
 
-    def __post_init__(self) -> None:
-        if not (isinstance(self.limit_s, (int, float)) and self.limit_s > 0):
-            raise PlanError(f"time limit must be > 0 s, got {self.limit_s!r}")
-        if not math.isfinite(self.limit_s):
-            raise PlanError(f"time limit must be finite, got {self.limit_s!r}")
-        if self.started is None:
-            self.started = self.clock()
-        self._mark = self.started
+        if not (isinstance(limit_s, (int, float)) and limit_s > 0):
+            raise PlanError(f"time limit must be > 0 s, got {limit_s!r}")
+        if not math.isfinite(limit_s):
+            raise PlanError(f"time limit must be finite, got {limit_s!r}")
+        clock = clock or now
+        start = clock() if started is None else started
+        self.limit_s = float(limit_s)
+        self.budget: Budget = Budget(start + self.limit_s, clock, start)
+        self.stages: list[tuple[str, float]] = []
 
     def spent(self) -> float:
         """Seconds used so far."""
-        assert self.started is not None
-        return self.clock() - self.started
+        return self.budget.elapsed()
 
     def left(self) -> float:
         """Seconds left (negative once overspent)."""
-        return self.limit_s - self.spent()
+        return self.budget.remaining()
 
     def check(self, stage: str, size: str = "") -> None:
         """Record that ``stage`` (e.g. "building the problem") is done; refuse to go on
@@ -76,12 +93,10 @@ class TimeBudget:
         Raises:
             SolveTimeLimitError: naming the stages, their times and a limit that would do.
         """
-        now = self.clock()
-        self.stages.append((stage, now - self._mark))
-        self._mark = now
+        spent = self.spent()
+        self.stages.append((stage, spent - sum(s for _, s in self.stages)))
         if self.left() >= MIN_SOLVE_S:
             return
-        spent = self.spent()
         done = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in self.stages)
         # Building is a fixed cost; the solver then wants at least as long again.
         enough = max(math.ceil(3 * spent), math.ceil(self.limit_s) + 1)

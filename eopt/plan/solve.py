@@ -269,9 +269,10 @@ def solve_plan(
         solvers.InfeasibleDeadline: naming the fastest achievable makespan.
         SolveTimeLimitError: the time limit ran out before the solver could start.
     """
-    from solvers import StopRule, check_deadline, fastest_makespan, solve
+    from solvers import check_deadline, fastest_makespan, solve
     from solvers.deadline import meets
     from solvers.exceptions import ADVICE_RTOL, round_up
+    from solvers.solve import method_named
 
     budget = budget or TimeBudget(time_limit)
     size = f"{len(plan.elements)} elements"
@@ -299,11 +300,9 @@ def solve_plan(
     def run(problem: Any, at: float | None, seconds: float, rule: StopRule | None = stop) -> Any:
         return solve(problem, deadline=at, method=method, time_limit=seconds, gap=gap, stop=rule)
 
-    # The side solves stop on a shorter stall window, unless a rule was given (or the
-    # method is the exact one, which runs to its gap).
-    side_rule = (
-        stop if stop is not None or method == "milp" else StopRule(stall_min_s=SIDE_STALL_MIN_S)
-    )
+    # The side solves stop on a shorter stall window, unless a rule was given (a method
+    # that runs to its limit never stalls, whatever the window).
+    side_rule = stop or replace(method_named(method).stop, stall_min_s=SIDE_STALL_MIN_S)
 
     def interrupted(side: Any) -> bool:
         return side is not None and side.status == "interrupted"

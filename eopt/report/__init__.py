@@ -1,22 +1,46 @@
 """Reports: the standalone HTML report, Perfetto traces, matplotlib frontier plots.
 
-Heavier parts (matplotlib) load only when used.
+Every name here loads on first use, so that a command that prints one table
+(``eopt attribute``, ``eopt compare``) does not import the HTML report, its schedule
+files and their graph library; matplotlib loads only when a plot is drawn.
 """
 
-from pathlib import Path
-from typing import Any
+from __future__ import annotations
 
-from eopt.report.breakdown import Baseline, EnergyBreakdown, baseline_of, energy_breakdown
-from eopt.report.html import render_report, write_report
-from eopt.report.inputs import (
-    FrontierRow,
-    Measurement,
-    Region,
-    ReportInputError,
-    read_frontier_csv,
-    read_measurement,
-)
-from eopt.report.perfetto import predicted_power, schedule_trace, write_trace
+import importlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from eopt.report.breakdown import Baseline, EnergyBreakdown, baseline_of, energy_breakdown
+    from eopt.report.html import render_report, write_report
+    from eopt.report.inputs import (
+        FrontierRow,
+        Measurement,
+        Region,
+        ReportInputError,
+        read_frontier_csv,
+        read_measurement,
+    )
+    from eopt.report.perfetto import predicted_power, schedule_trace, write_trace
+
+_LAZY = {
+    "Baseline": "eopt.report.breakdown",
+    "EnergyBreakdown": "eopt.report.breakdown",
+    "baseline_of": "eopt.report.breakdown",
+    "energy_breakdown": "eopt.report.breakdown",
+    "render_report": "eopt.report.html",
+    "write_report": "eopt.report.html",
+    "FrontierRow": "eopt.report.inputs",
+    "Measurement": "eopt.report.inputs",
+    "Region": "eopt.report.inputs",
+    "ReportInputError": "eopt.report.inputs",
+    "read_frontier_csv": "eopt.report.inputs",
+    "read_measurement": "eopt.report.inputs",
+    "predicted_power": "eopt.report.perfetto",
+    "schedule_trace": "eopt.report.perfetto",
+    "write_trace": "eopt.report.perfetto",
+}
 
 __all__ = [
     "Baseline",
@@ -44,3 +68,16 @@ def plot_frontier(frontier: Any, path: str | Path, **options: Any) -> Path:
     from eopt.report.plots import plot_frontier as _plot
 
     return _plot(frontier, path, **options)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'eopt.report' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # looked up once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

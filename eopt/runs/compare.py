@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-from scipy import stats as sps
 
 from eopt.runs.stats import detect_state_change
 
@@ -466,6 +465,10 @@ def _differs(x: np.ndarray, y: np.ndarray, level: str, alpha: float, min_effect:
         return False
     if np.ptp(np.concatenate([x, y])) == 0:
         return False
+    # Imported here: scipy.stats is most of `eopt compare`'s start-up, and a comparison
+    # that stops at its inputs never gets here.
+    from scipy import stats as sps
+
     p = float(sps.mannwhitneyu(x, y, alternative="two-sided").pvalue)
     return p < alpha
 

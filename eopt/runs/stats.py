@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy import stats as sps
 
 __all__ = [
     "Drift",
@@ -176,6 +175,9 @@ def detect_warmup_drift(
     scale = abs(float(head.mean()))
     if np.ptp(head) == 0 or scale == 0:
         return Drift(False, m, 0.0, 0.0, 1.0)
+    # Imported here: scipy.stats takes longer to import than most commands take to run.
+    from scipy import stats as sps
+
     fit = sps.linregress(np.arange(m, dtype=float), head)
     rel = float(fit.slope) * (m - 1) / scale
     p = float(fit.pvalue)
