@@ -7,6 +7,7 @@ people write them, a sensor glitch, a stray timestamp), read through the public 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import time
 import warnings
@@ -200,3 +201,40 @@ def test_binary_json_is_called_json_with_its_line(tmp_path):
     path.write_bytes(b'{"schema": "eopt.regions-report/1",\n "name": "\xff\xfe"}\n')
     with pytest.raises(TraceError, match=r"run\.json:2: not UTF-8 text .*UTF-8 JSON$"):
         read_trace(path)
+
+
+def _cli(argv: list[str], capsys) -> tuple[int, str, str]:
+    from eopt.cli import main
+
+    try:
+        main(argv)
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_attribute_takes_the_power_unit_and_the_zone(tmp_path, capsys, zone):
+    zone("America/New_York")
+    path = tmp_path / "p.csv"
+    path.write_text("time_s,power\n" + "".join(f"{t},250000\n" for t in range(11)))
+    code, _, err = _cli(["attribute", str(path)], capsys)
+    assert code == 1 and "--power-unit" in err
+    code, out, err = _cli(["attribute", str(path), "--power-unit", "mW", "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["total_energy_j"] == pytest.approx(2500.0)
+    smi = _smi_csv(tmp_path / "smi.csv", dt.datetime(2026, 12, 1, 10))
+    code, out, err = _cli(["attribute", str(smi), "--json"], capsys)
+    assert code == 0 and "read as America/New_York" in err and json.loads(out)
+    code, _, err = _cli(["attribute", str(smi), "--tz", "UTC"], capsys)
+    assert code == 0 and "read as UTC" in err
+
+
+def test_implausible_power_is_one_warning_line_on_the_cli(tmp_path, capsys):
+    path = tmp_path / "p.csv"
+    path.write_text("time_s,power_W\n" + "".join(f"{t},{9000 if t else 100}\n" for t in range(5)))
+    code, _, err = _cli(["attribute", str(path)], capsys)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 0 and len(lines) == 1, err
+    assert lines[0].startswith("warning: ") and "p.csv:3" in lines[0]
