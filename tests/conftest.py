@@ -70,3 +70,4 @@ def _loud_console() -> Iterator[None]:
     from eopt.cli._common import console
 
     console.quiet = False
+    console.file = None  # type: ignore[assignment]

@@ -84,8 +84,10 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug or bool(os.environ.get("EOPT_DEBUG"))
-    # One process may run several commands (tests, notebooks): --quiet is per command.
+    # One process may run several commands (tests, notebooks): --quiet and --json's
+    # stdout are per command.
     console.quiet = False
+    console.file = None  # type: ignore[assignment]  # None: follow sys.stdout
 
 
 # `eopt` alone shows the help (click ≥ 8.2 raises it as a usage error).

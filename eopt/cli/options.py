@@ -61,7 +61,18 @@ def json_option(help: str) -> Callable[[F], F]:
     Args:
         help: What the command prints, e.g. "Print eopt.check/1 JSON."
     """
-    return click.option("--json", "as_json", is_flag=True, help=help)
+
+    def to_stderr(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+        if value:
+            import sys
+
+            from eopt.cli._common import console
+
+            # stdout carries the JSON only (`| jq` works); notes and tables go to stderr.
+            console.file = sys.stderr
+        return value
+
+    return click.option("--json", "as_json", is_flag=True, help=help, callback=to_stderr)
 
 
 def quiet_option(
