@@ -120,11 +120,16 @@ def main(argv: list[str] | None = None) -> Any:
         return _main(args, debug)
     import warnings
 
+    with warnings.catch_warnings():  # the one-line rendering, for this command only
+        warnings.showwarning = _show_warning
+        return _main(args, debug)
+
+
+def _show_warning(*args: Any, **kwargs: Any) -> None:
+    # Imported when a warning is shown: `eopt --help` loads no console.
     from eopt.cli._common import show_warning
 
-    with warnings.catch_warnings():  # the one-line rendering, for this command only
-        warnings.showwarning = show_warning
-        return _main(args, debug)
+    show_warning(*args, **kwargs)
 
 
 def _main(args: list[str], debug: bool) -> Any:

@@ -6,6 +6,7 @@ The options that several commands share are in :mod:`eopt.cli.options`.
 from __future__ import annotations
 
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,19 @@ __all__ = [
     "write_json",
 ]
 
-console = Console()
+#: The width of output into a pipe or a file, in columns: wide enough that no table cell
+#: or line is wrapped (a reader of a log or a `grep` wants one record a line).
+PIPE_WIDTH = 4000
+
+
+def _width() -> int | None:
+    """None (Rich measures the terminal, or reads $COLUMNS) for a terminal; else wide."""
+    if os.environ.get("COLUMNS") or sys.stdout.isatty():
+        return None
+    return PIPE_WIDTH
+
+
+console = Console(width=_width())
 err_console = Console(stderr=True, soft_wrap=True)  # errors stay one line
 
 
