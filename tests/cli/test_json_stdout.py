@@ -95,3 +95,31 @@ def test_every_json_command_is_covered():
     elsewhere = {"measure", "sim", "demo"}
     missing = with_json - set(COVERED) - elsewhere
     assert not missing, f"add a --json row for: {sorted(missing)}"
+
+
+def test_piped_tables_keep_each_row_on_one_line(tmp_path):
+    """Into a pipe, a long name is not split over lines at 80 columns."""
+    import subprocess
+    import sys
+
+    long_impl = "flash_attention_v2_" + "x" * 140
+    sig = {
+        "schema": "eopt.signature/1",
+        "name": "attn",
+        "impl": long_impl,
+        "static_power": 120.0,
+        "time": 0.01,
+        "dynamic_energy": 1.0,
+    }
+    lib = tmp_path / "lib.jsonl"
+    lib.write_text(json.dumps(sig) + "\n")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "COLUMNS"}
+    done = subprocess.run(
+        [sys.executable, "-c", "from eopt.cli import main; main()", "frontier", str(lib)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert any(long_impl in line for line in done.stdout.splitlines()), done.stdout
