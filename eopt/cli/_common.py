@@ -20,6 +20,7 @@ __all__ = [
     "Fraction",
     "GpuList",
     "Number",
+    "Probability",
     "Quantity",
     "UserError",
     "check_output",
@@ -180,6 +181,26 @@ class Fraction(click.ParamType):
             UserError: naming the option; a bare ``5`` asks "did you mean 5%?".
         """
         return parse_percent(value, _option_name(param))
+
+
+class Probability(Fraction):
+    """A click type for a confidence, ``95%`` or ``0.95``: strictly between 0 and 1."""
+
+    name = "probability"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        """The probability (0.95 for ``95%``).
+
+        Raises:
+            UserError: naming the option, outside (0, 1); a bare ``95`` asks for ``95%``.
+        """
+        p = super().convert(value, param, ctx)
+        if not 0.0 < p < 1.0:
+            raise UserError(
+                f"{_option_name(param)}: a probability strictly between 0 and 1 (e.g. 95% or "
+                f"0.95), got {value!r}"
+            )
+        return p
 
 
 class FiniteRange(click.FloatRange):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -49,7 +50,7 @@ __all__ = ["command"]
 @seed_option("Bootstrap seed.")
 @json_option("Print eopt.comparison/1 JSON on stdout.")
 @json_output_option()
-@quiet_option()
+@quiet_option(expose=True)
 @force_option()
 def command(
     a_path: str,
@@ -62,6 +63,7 @@ def command(
     seed: int,
     as_json: bool,
     output: str | None,
+    quiet: bool,
     force: bool,
 ) -> None:
     """Compare two variants over repeated runs: medians, means, reductions, bootstrap CIs.
@@ -81,6 +83,7 @@ def command(
       eopt compare runs-a runs-b --region solve
       eopt compare fdbscan/ fdbscan-dense/ --region DBSCANCalculation --json
       eopt compare fdbscan/ fdbscan-dense/ --region DBSCANCalculation --edges inside
+      eopt compare runs-a runs-b -q            # the answer in one line
     """
     from eopt.model.trace import TraceError
     from eopt.report.compare_table import render_comparison
@@ -108,8 +111,24 @@ def command(
         write_json(output, data)
     if as_json:
         write_json("-", data)
+    elif quiet:
+        click.echo(_verdict(result))
     else:
         render_comparison(result, console)
+
+
+def _verdict(result: Any) -> str:
+    """The answer in one line (what ``-q`` prints): B's energy against A's, with its CI."""
+    from eopt.report.compare_table import reduction_interval, reduction_words
+
+    a, b = result.names
+    text, clear = reduction_words(result.reduction.energy)
+    said = {"less": "clearly less", "more": "clearly more"}.get(clear, "no clear difference")
+    where = f" ({result.region})" if result.region else ""
+    return (
+        f"{b} vs {a}{where}: median energy {text} ({reduction_interval(result.reduction.energy)}"
+        f", {100 * result.confidence:.0f} % CI of 1 − B/A): {said}"
+    )
 
 
 def _name(path: str) -> str:

@@ -252,10 +252,10 @@ def command(
     and `eopt trace --measurement`.
 
     With --trace-dir the run is also written as a trace folder that `eopt attribute`,
-    `eopt report --trace` and energy-dashboard-for-kokkos read. With --repeat N the command
-    runs N times and -o names a run-set folder (index.json + run_001/ … traces) for
-    `eopt compare`; --shift moves each run's start against the power sensor's refresh so
-    that short regions are seen at different phases.
+    `eopt report --measurement`, `eopt trace` and energy-dashboard-for-kokkos read. With
+    --repeat N the command runs N times and -o names a run-set folder (index.json +
+    run_001/ … traces) for `eopt compare`; --shift moves each run's start against the
+    power sensor's refresh so that short regions are seen at different phases.
 
     With --kokkos, --gpus or a RAPL backend, the run is recorded as a trace folder
     (--trace-dir, default ./eopt-trace): one power series per GPU and per CPU package,

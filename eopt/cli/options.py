@@ -219,13 +219,9 @@ def dominance_option(help: str) -> Callable[[F], F]:
 
 
 def confidence_option(help: str) -> Callable[[F], F]:
-    """``--confidence`` (default 0.95): a probability strictly between 0 and 1."""
-    from eopt.cli._common import FiniteRange
+    """``--confidence`` (default 95%): a probability, ``95%`` or ``0.95``."""
+    from eopt.cli._common import Probability
 
     return click.option(
-        "--confidence",
-        default=0.95,
-        show_default=True,
-        type=FiniteRange(0.0, 1.0, min_open=True, max_open=True),
-        help=help,
+        "--confidence", default="95%", show_default=True, type=Probability(), help=help
     )

@@ -23,6 +23,7 @@ from rich.table import Table
 
 from eopt.cli._common import (
     Fraction,
+    Probability,
     Quantity,
     UserError,
     check_output,
@@ -427,7 +428,7 @@ def _run_frontier(
 )
 @click.option(
     "--confidence",
-    type=Fraction(),
+    type=Probability(),
     help="Meet the deadline with this probability under the signatures' time variances, "
     "e.g. 95%; prints what it costs over the plan that meets it on mean times.",
 )

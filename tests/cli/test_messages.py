@@ -1,0 +1,55 @@
+"""Options that read the same everywhere, and answers that -q still gives."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from eopt.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+ATTENTION = str(ROOT / "examples" / "attention.jsonl")
+DBSCAN = ROOT / "tests" / "data" / "kokkos_dbscan_h100"
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    try:
+        main(argv)
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize(("given", "shown"), [("95%", "95 % interval"), ("0.9", "90 % interval")])
+def test_compose_confidence_reads_percent_and_fraction_like_solve(capsys, given, shown):
+    code, out, err = _run(
+        ["compose", ATTENTION, "seq(prefix, compute)", "--confidence", given], capsys
+    )
+    assert code == 0, err
+    assert shown in " ".join(out.split())
+
+
+@pytest.mark.parametrize("given", ["95", "1.5", "0%", "100%"])
+def test_a_confidence_outside_0_1_is_one_line(capsys, given):
+    code, _, err = _run(["compose", ATTENTION, "prefix", "--confidence", given], capsys)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code in (1, 2) and len(lines) == 1 and lines[0].startswith("error: --confidence")
+
+
+def test_compare_quiet_prints_the_answer_in_one_line(capsys):
+    argv = ["compare", str(DBSCAN / "fdbscan"), str(DBSCAN / "fdbscan-dense"), "-q"]
+    code, out, err = _run([*argv, "--region", "DBSCANCalculation"], capsys)
+    assert code == 0, err
+    (line,) = out.splitlines()
+    assert line.startswith("fdbscan-dense vs fdbscan (DBSCANCalculation): median energy")
+    assert "% CI of 1 − B/A" in line
+    code, out, _ = _run(argv, capsys)
+    assert code == 0 and len(out.splitlines()) == 1
+
+
+def test_measure_help_names_only_commands_that_exist(capsys):
+    code, out, _ = _run(["measure", "--help"], capsys)
+    assert code == 0 and "report --trace" not in out and "report --measurement" in out
