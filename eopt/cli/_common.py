@@ -24,6 +24,7 @@ __all__ = [
     "Quantity",
     "UserError",
     "check_output",
+    "check_output_dir",
     "console",
     "err_console",
     "note",
@@ -333,15 +334,65 @@ def check_output(path: str | Path | None, force: bool, option: str = "--output")
     Raises:
         UserError: naming the file and the fix, when it exists and ``force`` is False.
     """
-    if path is None or str(path) == "-" or force:
+    if path is None or str(path) == "-":
         return
     p = Path(path)
     if p.is_dir():
         raise UserError(f"{option} {p}: is a folder; name a file to write")
-    if p.exists():
+    if not force and os.path.lexists(p):
+        if p.is_symlink() and not p.exists():
+            raise UserError(
+                f"{option} {p}: a symbolic link to {os.readlink(p)!r}, which does not exist (or "
+                "loops); pass --force to replace the link, or choose another name"
+            )
         raise UserError(
             f"{option} {p}: the file exists; pass --force to overwrite it, or choose another name"
         )
+    _check_writable(p.parent, option, p)
+
+
+def check_output_dir(path: str | Path | None, force: bool, option: str = "--trace-dir") -> None:
+    """The overwrite rule for an output folder (a trace, a run set), checked before work.
+
+    Raises:
+        UserError: when ``path`` is a file, cannot be created, or is a folder that is not
+            empty and ``force`` is False.
+    """
+    if path is None:
+        return
+    p = Path(path)
+    if os.path.lexists(p) and not p.is_dir():
+        raise UserError(f"{option} {p}: exists and is not a folder; name a folder")
+    if p.is_dir():
+        if not force and any(p.iterdir()):
+            raise UserError(
+                f"{option} {p}: the folder is not empty; pass --force to write into it, or "
+                "choose a new folder"
+            )
+        _check_writable(p, option, p)
+        return
+    _check_writable(p.parent, option, p)
+
+
+def _check_writable(folder: Path, option: str, target: Path) -> None:
+    """Refuse a place eopt cannot write, before anything runs (a file named as a folder,
+    a missing folder, /proc, a read-only mount), with the reason in words."""
+    folder = folder if str(folder) else Path(".")
+    below = folder
+    while not below.exists() and below != below.parent:
+        below = below.parent
+    if not below.is_dir():
+        raise UserError(f"{option} {target}: {below} is a file, not a folder")
+    import tempfile
+
+    try:
+        with tempfile.TemporaryFile(dir=below, prefix=".eopt-write-check-"):
+            pass
+    except OSError as exc:
+        raise UserError(
+            f"{option} {target}: cannot write in {below} ({exc.strerror or exc}); choose "
+            "another place"
+        ) from None
 
 
 def write_json(path: str | Path, data: Any) -> None:

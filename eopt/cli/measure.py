@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
@@ -11,7 +12,14 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from eopt.cli._common import UserError, check_output, console, err_console, write_json
+from eopt.cli._common import (
+    UserError,
+    check_output,
+    check_output_dir,
+    console,
+    err_console,
+    write_json,
+)
 from eopt.cli._gpus import parse_gpus, resolve_gpu_option, sim_gpu_index
 from eopt.cli.options import (
     force_option,
@@ -221,6 +229,12 @@ def print_report(result: CommandMeasurement) -> None:
     default=0.0,
     help="With --repeat: idle seconds between runs.",
 )
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="With --repeat: continue the run set in -o (keep its finished runs, redo the one "
+    "in progress).",
+)
 @force_option("Overwrite the -o file, or write into a trace or run-set folder that is not empty.")
 @quiet_option()
 def command(
@@ -236,6 +250,7 @@ def command(
     repeat: int | None,
     shift_ms: float,
     cooldown_s: float,
+    resume: bool,
     force: bool,
 ) -> None:
     """Measure the GPU energy of one command, and of the regions it reports.
@@ -272,12 +287,25 @@ def command(
       eopt measure --json -o run.json -- ./bench --size 8192
       eopt measure --trace-dir run-trace -- ./bench
       eopt measure --repeat 20 --shift 5 --cooldown 2 -o runs-a -- ./bench --variant a
+      eopt measure --repeat 20 -o runs-a --resume -- ./bench --variant a  # after a kill
       eopt compare runs-a runs-b --region solve
     """
     if any(x is not None and not math.isfinite(x) for x in (shift_ms, cooldown_s)):
         raise UserError("--shift and --cooldown must be finite numbers")
-    if repeat is None and (shift_ms or cooldown_s):
-        raise UserError("--shift and --cooldown apply to repeated runs; add --repeat N")
+    if repeat is None and (shift_ms or cooldown_s or resume):
+        raise UserError("--shift, --cooldown and --resume apply to repeated runs; add --repeat N")
+    if resume and force:
+        raise UserError(
+            "--resume keeps the run set's finished runs, --force replaces them: pick one"
+        )
+    # Every output is checked before the command runs: a run is not lost to a bad path.
+    if repeat is not None:
+        check_output_dir(output, force or resume, option="-o")
+    elif output and os.path.isdir(output):
+        raise UserError(f"{output}: is a folder; -o names the JSON file (or add --repeat N)")
+    else:
+        check_output(output, force, option="-o")
+    check_output_dir(trace_dir, force, option="--trace-dir")
     if repeat is not None:
         session = kokkos or gpus is not None or "rapl" in backend or backend == "none"
         _repeat(
@@ -290,6 +318,7 @@ def command(
             cooldown_s,
             output,
             force,
+            resume,
             session=(gpus, kokkos) if session else None,
         )
         return
@@ -305,8 +334,18 @@ def command(
         # No GPU to watch: still record the events (and the CPU, where RAPL is readable).
         _record(list(cmd), backend, None, kokkos, method, trace_dir, as_json, output, force)
         return
+    from eopt.measure.session import SessionError, trace_folder
+
     try:
-        result = measure_command(list(cmd), device, method=method)  # type: ignore[arg-type]
+        folder = trace_folder(trace_dir, force) if trace_dir else contextlib.nullcontext()
+        with folder:
+            result = measure_command(list(cmd), device, method=method)  # type: ignore[arg-type]
+            if trace_dir:
+                from eopt.model.trace_io import write_dashboard
+
+                write_dashboard(result.to_trace(), trace_dir)
+    except SessionError as exc:
+        raise UserError(str(exc)) from None
     except MeasureError as exc:
         hint = ""
         if not isinstance(device.clock, WallClock):
@@ -316,9 +355,6 @@ def command(
             )
         raise UserError(f"{str(exc).rstrip('.')}{hint}") from None
     if trace_dir:
-        from eopt.model.trace_io import write_dashboard
-
-        write_dashboard(result.to_trace(), trace_dir)
         err_console.print(f"trace written to [bold]{escape(trace_dir)}[/]", highlight=False)
     data = result.to_dict()
     if output:
@@ -342,6 +378,7 @@ def _repeat(
     cooldown_s: float,
     output: str | None,
     force: bool,
+    resume: bool,
     session: tuple[str | None, bool] | None = None,
 ) -> None:
     """``--repeat N``: record N runs into the run-set folder ``output``.
@@ -389,10 +426,19 @@ def _repeat(
                 shift_ms=shift_ms,
                 cooldown_s=cooldown_s,
                 force=force,
+                resume=resume,
                 on_run=on_run,
             )
         except (MeasureError, RunSetError, SessionError) as exc:
             raise UserError(str(exc)) from None
+        except KeyboardInterrupt:
+            progress.stop()
+            err_console.print(
+                f"interrupted: the runs finished so far are kept in {escape(output)}; continue "
+                "with the same command and --resume",
+                highlight=False,
+            )
+            sys.exit(130)
     times = sorted(r.outcome.time_s for r in runs)
     energies = sorted(r.outcome.energy_j for r in runs if r.outcome.energy_j is not None)
     mid = len(runs) // 2

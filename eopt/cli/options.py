@@ -63,13 +63,13 @@ def json_option(help: str) -> Callable[[F], F]:
     """
 
     def to_stderr(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
-        if value:
-            import sys
+        import sys
 
-            from eopt.cli._common import console
+        from eopt.cli._common import console
 
-            # stdout carries the JSON only (`| jq` works); notes and tables go to stderr.
-            console.file = sys.stderr
+        # stdout carries the JSON only (`| jq` works); notes and tables go to stderr. Set
+        # either way: one process may run several commands (tests, notebooks).
+        console.file = sys.stderr if value else None  # type: ignore[assignment]
         return value
 
     return click.option("--json", "as_json", is_flag=True, help=help, callback=to_stderr)

@@ -659,7 +659,7 @@ class RaplSampler:
         self._peak_w = [0.0] * len(self.zones)
         self.doubtful = [0] * len(self.zones)
         self._warned = [False] * len(self.zones)
-        for k, zone in enumerate(self.zones):
+        for zone in self.zones:
             wrap_s = zone.modulus_uj * 1e-6 / PEAK_POWER_W
             if self.period_s >= wrap_s:
                 warnings.warn(

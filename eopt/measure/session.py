@@ -17,11 +17,12 @@ charged all of it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -29,6 +30,7 @@ from typing import Any, Protocol
 from eopt.devices.base import Device, WallClock
 from eopt.measure.meter import Meter, MeterMethod
 from eopt.measure.regions import REGIONS_FILE_ENV, read_region_windows
+from eopt.model.lockfile import LockBusyError, ProcessLock
 from eopt.model.trace import Event, PowerSeries, Trace, TraceError, region_events
 from eopt.model.trace_io import RANK_DIR, read_events, read_traces, write_dashboard
 
@@ -40,6 +42,7 @@ __all__ = [
     "SessionError",
     "record_command",
     "session_recorder",
+    "trace_folder",
 ]
 
 
@@ -140,6 +143,35 @@ class RecordedCommand:
     warnings: tuple[str, ...] = field(default=())
 
 
+@contextlib.contextmanager
+def trace_folder(folder: str | os.PathLike[str], force: bool = False) -> Iterator[Path]:
+    """Hold a trace folder for one writer: locked, checked and emptied of an older trace.
+
+    The lock (``.<name>.eopt-lock`` beside the folder) keeps a second ``eopt measure``
+    from writing the same folder at once, which would mix two runs' events under one run's
+    metadata; the second is refused, naming the first.
+
+    Raises:
+        SessionError: when the folder is in use, is a file, or is not empty without
+            ``force``.
+    """
+    path = Path(folder)
+    lock = ProcessLock(path.parent / f".{path.name}.eopt-lock")
+    try:
+        lock.acquire()
+    except LockBusyError as exc:
+        who = exc.holder.describe() if exc.holder is not None else "another process"
+        raise SessionError(
+            f"{path}: another eopt run is writing this trace folder ({who}); wait for it, or "
+            "choose another folder"
+        ) from None
+    try:
+        _prepare(path, force)
+        yield path
+    finally:
+        lock.release()
+
+
 def _prepare(folder: Path, force: bool) -> None:
     if folder.exists() and not folder.is_dir():
         raise SessionError(f"{folder}: exists and is not a folder; name a folder for the trace")
@@ -184,7 +216,17 @@ def record_command(
     if not command:
         raise SessionError("no command given; usage: eopt measure -- CMD [ARGS…]")
     folder = Path(trace_dir)
-    _prepare(folder, force)
+    with trace_folder(folder, force):
+        return _record(command, sources, folder, kokkos_library, env)
+
+
+def _record(
+    command: Sequence[str],
+    sources: Sequence[PowerSource],
+    folder: Path,
+    kokkos_library: str | os.PathLike[str] | None,
+    env: Mapping[str, str] | None,
+) -> RecordedCommand:
     with tempfile.TemporaryDirectory(prefix="eopt-session-") as tmp:
         regions_file = Path(tmp) / "regions.jsonl"
         child_env = {**os.environ, **(env or {}), REGIONS_FILE_ENV: str(regions_file)}

@@ -754,6 +754,12 @@ def read_runs(path: str | os.PathLike[str]) -> list[Trace]:
         runs = data.get("runs")
         if not isinstance(runs, list):
             raise TraceError(f"{index}: 'runs' must be a list of runs")
+        if not runs:
+            state = data.get("state", "recording")
+            raise TraceError(
+                f"{p}: the run set has no finished run yet ({state}); continue it with "
+                f"`eopt measure --repeat N -o {p} --resume -- CMD`"
+            )
         traces = []
         for i, r in enumerate(runs):
             if not isinstance(r, dict) or not isinstance(r.get("trace"), str):

@@ -18,6 +18,7 @@ the runs sample the region at different phases (the field note's 5-ms shifts).
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import shutil
@@ -119,6 +120,7 @@ def record_runs(
     shift_ms: float = 0.0,
     cooldown_s: float = 0.0,
     force: bool = False,
+    resume: bool = False,
     on_run: Callable[[RecordedRun], None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> list[RecordedRun]:
@@ -135,39 +137,94 @@ def record_runs(
         shift_ms: Phase shift per run, in ms (see the module docstring).
         cooldown_s: Idle time after each run, in s, so runs start from a similar state.
         force: Write into a folder that already holds a run set (its index is replaced).
-        on_run: Called after each run (progress).
+        resume: Continue the run set in ``folder``: keep its finished runs, redo the run
+            that was in progress, record the rest up to ``n``.
+        on_run: Called after each run (progress), finished runs kept by ``resume`` too.
         sleep: How to wait (the wall clock's by default).
 
     Returns:
-        The runs, in order. ``index.json`` is rewritten after every run, so an
-        interrupted set keeps the runs it finished.
+        The runs, in order. ``index.json`` is written before the first run and after
+        every run, with the set's ``state`` (``recording``, ``interrupted``,
+        ``complete``), so an interrupted set keeps the runs it finished and says so.
+        Ctrl-C (KeyboardInterrupt) marks the set interrupted and is raised again.
 
     Raises:
-        RunSetError: for bad values or a folder that is not empty.
+        RunSetError: for bad values, a folder that is not empty (without ``force`` or
+            ``resume``), or a run set to resume that another command recorded.
     """
     _check(n, shift_ms, cooldown_s)
     out = Path(folder)
     if out.exists() and not out.is_dir():
         raise RunSetError(f"{out}: exists and is not a folder; name a folder for the run set")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise RunSetError(f"{out}: not empty; choose a new folder or pass --force to overwrite")
-    out.mkdir(parents=True, exist_ok=True)
     runs: list[RecordedRun] = []
-    for k in range(n):
-        delay = phase_delay_s(k, shift_ms, period_s)
-        sleep(delay)
-        name = f"run_{k + 1:03d}"
-        trace_dir = out / name
-        if trace_dir.exists():  # --force over an older set: this run's folder starts empty
-            shutil.rmtree(trace_dir)
-        trace_dir.mkdir()
-        run = RecordedRun(k + 1, name, record(trace_dir), delay)
-        runs.append(run)
-        _write_index(out, command, runs, n, shift_ms, cooldown_s, period_s)
+    if resume and (out / "index.json").exists():
+        runs = _finished_runs(out, command)
+    elif out.is_dir() and any(out.iterdir()) and not force:
+        raise RunSetError(
+            f"{out}: not empty; pass --resume to continue its run set, --force to start it "
+            "over, or choose a new folder"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    index = functools.partial(_write_index, out, command, n=n, shift_ms=shift_ms,
+                              cooldown_s=cooldown_s, period_s=period_s)  # fmt: skip
+    index(runs, state="recording")
+    for run in runs:
         if on_run is not None:
             on_run(run)
-        if cooldown_s > 0 and k < n - 1:
-            sleep(cooldown_s)
+    try:
+        for k in range(len(runs), n):
+            delay = phase_delay_s(k, shift_ms, period_s)
+            sleep(delay)
+            name = f"run_{k + 1:03d}"
+            trace_dir = out / name
+            if trace_dir.exists():  # an older set's, or the run a kill cut short
+                shutil.rmtree(trace_dir)
+            trace_dir.mkdir()
+            run = RecordedRun(k + 1, name, record(trace_dir), delay)
+            runs.append(run)
+            index(runs, state="recording" if k < n - 1 else "complete")
+            if on_run is not None:
+                on_run(run)
+            if cooldown_s > 0 and k < n - 1:
+                sleep(cooldown_s)
+    except KeyboardInterrupt:
+        index(runs, state="interrupted")
+        raise
+    if len(runs) >= n:
+        index(runs, state="complete")
+    return runs
+
+
+def _finished_runs(out: Path, command: Sequence[str]) -> list[RecordedRun]:
+    """The runs an earlier, interrupted ``record_runs`` into ``out`` finished."""
+    from eopt.model.fileformats import Where, parse_json, read_text
+
+    at = Where(str(out / "index.json"), error=RunSetError)
+    data = parse_json(read_text(out / "index.json", at, what="a run-set index"), at)
+    if not isinstance(data, dict) or data.get("schema") != RUNSET_SCHEMA:
+        at.fail(f"not an {RUNSET_SCHEMA} index; --resume continues run sets eopt recorded")
+    if list(data.get("command", [])) != list(command):
+        at.fail(
+            f"recorded for {' '.join(map(str, data.get('command', [])))!r}, not this command; "
+            "resume it with the same command, or record into another folder"
+        )
+    runs = []
+    for i, entry in enumerate(data.get("runs", [])):
+        try:
+            outcome = RunOutcome(
+                int(entry["returncode"]),
+                int(entry["start_unix_ns"]),
+                float(entry["time_s"]),
+                None if entry.get("energy_j") is None else float(entry["energy_j"]),
+            )
+            run = RecordedRun(
+                int(entry["index"]), str(entry["trace"]), outcome, float(entry["delay_s"])
+            )
+        except (KeyError, TypeError, ValueError):
+            (at / "runs" / i).fail("a run entry without index, trace, times and status")
+        if run.index != len(runs) + 1 or not (out / run.trace).is_dir():
+            break  # the rest is redone
+        runs.append(run)
     return runs
 
 
@@ -175,15 +232,18 @@ def _write_index(
     out: Path,
     command: Sequence[str],
     runs: Sequence[RecordedRun],
+    *,
     n: int,
     shift_ms: float,
     cooldown_s: float,
     period_s: float,
+    state: str,
 ) -> None:
     data: dict[str, Any] = {
         "schema": RUNSET_SCHEMA,
         "command": list(command),
         "planned_runs": n,
+        "state": state,
         "shift_ms": shift_ms,
         "cooldown_s": cooldown_s,
         "sensor_period_s": period_s,

@@ -208,8 +208,8 @@ COMPOSE_CASES = [
     (["--idle-power", "-60W"], "--idle-power: must be a finite number ≥ 0 W"),
     (["--idle-power", "gpu0="], "--idle-power gpu0: cannot read ''"),
     (["--idle-power", "=60W"], "expected DEVICE=WATTS"),
-    (["--confidence", "nan"], "--confidence: must be a finite number"),
-    (["--confidence", "1.5"], "'--confidence': 1.5 is not in the range 0.0<x<1.0"),
+    (["--confidence", "nan"], "--confidence: must be a finite percent"),
+    (["--confidence", "1.5"], "--confidence: 1.5 would mean 150%; did you mean 1.5%?"),
 ]
 
 

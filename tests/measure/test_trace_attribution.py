@@ -227,7 +227,7 @@ def test_power_csv_of_nvidia_smi_with_events(tmp_path) -> None:
         [str(csv_path), "--events", str(tmp_path / "events.csv"), "--json"],
     )
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)  # the zone it assumed is a note on stderr
     assert data["regions"][0]["inclusive_energy_j"] == pytest.approx(200.0)  # 2 s at 100 W
     assert data["total_energy_j"] == pytest.approx(100 * 4 + 105 * 1 + 110 * 5)
 

@@ -98,7 +98,7 @@ def test_utf8_bom_header_is_accepted_and_binary_is_named(tmp_path) -> None:
     folder = make(tmp_path, "\ufeff" + GOOD_EVENTS)
     assert read_trace(folder).events[0].name == "outer"
     (folder / "events.csv").write_bytes(b"\xff\xfe\x00binary")
-    with pytest.raises(TraceError, match=r"events\.csv: not UTF-8 text"):
+    with pytest.raises(TraceError, match=r"events\.csv:1: not UTF-8 text"):
         read_trace(folder)
 
 
