@@ -118,7 +118,11 @@ def command(
             table.add_row(
                 f"{row['time_s']:.6g}",
                 f"{row['energy_j']:.6g}",
-                f"{row['energy_low_j']:.5g} … {row['energy_high_j']:.5g}",
+                (
+                    f"{row['energy_low_j']:.5g} … {row['energy_high_j']:.5g}"
+                    if row["energy_high_j"] > row["energy_low_j"]
+                    else "no variance measured"
+                ),
                 row["impl"],
                 row["op_point"],
             )

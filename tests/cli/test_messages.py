@@ -53,3 +53,17 @@ def test_compare_quiet_prints_the_answer_in_one_line(capsys):
 def test_measure_help_names_only_commands_that_exist(capsys):
     code, out, _ = _run(["measure", "--help"], capsys)
     assert code == 0 and "report --trace" not in out and "report --measurement" in out
+
+
+def test_a_frontier_without_variances_says_so(tmp_path, capsys):
+    import json
+
+    sig = {"schema": "eopt.signature/1", "name": "k", "impl": "a", "static_power": 100.0,
+           "time": 0.01, "dynamic_energy": 1.0}  # fmt: skip
+    lib = tmp_path / "lib.jsonl"
+    lib.write_text(json.dumps(sig) + "\n" + json.dumps({**sig, "impl": "b", "var_energy": 0.01}))
+    code, out, err = _run(["frontier", str(lib), "--dominance", "point"], capsys)
+    assert code == 0, err
+    rows = [line for line in out.splitlines() if "│" in line and "J" not in line]
+    assert any("no variance measured" in r and "│ a " in r for r in rows), out
+    assert any("…" in r and "│ b " in r for r in rows), out
