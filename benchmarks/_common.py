@@ -35,6 +35,8 @@ RESULTS_DIR = BENCH_DIR / "results"
 LOWTIME_VENV = BENCH_DIR / ".venv-lowtime"
 LOWTIME_RUNNER = BENCH_DIR / "lowtime_runner.py"
 LOWTIME_REQUIREMENT = "lowtime==0.3.0"
+TEST_DATA_DIR = REPO_DIR / "tests" / "data"
+NVML_FAKE = REPO_DIR / "tests" / "devices" / "conftest.py"
 
 KINDS = ("forward", "backward")
 
@@ -47,11 +49,14 @@ KINDS = ("forward", "backward")
 def data_dir() -> Path:
     """Return the folder holding the measured reference data (``lowtime_bench/`` …).
 
-    ``EOPT_DATA_DIR`` wins; otherwise ``shared/data`` inside the checkout or beside it.
+    In a smoke run, the repository's own ``tests/data`` and nothing else. Otherwise
+    ``EOPT_DATA_DIR`` wins, then ``shared/data`` inside the checkout or beside it.
 
     Raises:
         FileNotFoundError: naming the places searched and the fix.
     """
+    if is_smoke():
+        return TEST_DATA_DIR
     candidates: list[Path] = []
     if env := os.environ.get("EOPT_DATA_DIR"):
         candidates.append(Path(env))
@@ -446,6 +451,8 @@ def lowtime_python() -> Path:
     Raises:
         RuntimeError: when the venv cannot be created, with pip's last lines.
     """
+    if is_smoke():
+        raise RuntimeError("a smoke run never creates lowtime's venv nor runs lowtime")
     python = LOWTIME_VENV / "bin" / "python"
     # A venv whose pip step failed has an interpreter but no lowtime: install again.
     if python.exists() and any(LOWTIME_VENV.glob("lib/python*/site-packages/lowtime")):
@@ -598,8 +605,9 @@ class Verdicts:
         return ok
 
     def exit_status(self, strict: bool) -> int:
-        """0, or 1 when ``strict`` and any verdict failed."""
-        return 1 if strict and not all(ok for ok, _ in self.lines) else 0
+        """0, or 1 when ``strict`` and any verdict failed (never in a smoke run)."""
+        failed = not all(ok for ok, _ in self.lines)
+        return 1 if strict and failed and not is_smoke() else 0
 
     def summary(self) -> None:
         """Print the count of PASS and FAIL lines."""
@@ -608,6 +616,8 @@ class Verdicts:
         for ok, what in self.lines:
             if not ok:
                 print(f"  FAIL  {what}")
+        if is_smoke():
+            print(SMOKE_VERDICTS)
 
 
 def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], title: str = "") -> None:
@@ -673,7 +683,13 @@ def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
 
 
 def write_results(name: str, payload: Mapping[str, Any]) -> Path:
-    """Write ``benchmarks/results/<name>.json`` (machine-readable numbers of a run)."""
+    """Write ``benchmarks/results/<name>.json`` (machine-readable numbers of a run).
+
+    Raises:
+        RuntimeError: in a smoke run, whose numbers are no results.
+    """
+    if is_smoke():
+        raise RuntimeError(f"a smoke run writes no results (benchmarks/results/{name}.json)")
     RESULTS_DIR.mkdir(exist_ok=True)
     path = RESULTS_DIR / f"{name}.json"
     stamped = {"solvers_version": SOLVERS_AT_START, **payload}
@@ -691,7 +707,8 @@ def solvers_version() -> str:
         return done.stdout.strip() if done.returncode == 0 else ""
 
     commit = git("log", "-1", "--format=%h %cI", "--", "solvers")
-    dirty = git("status", "--porcelain", "--", "solvers")
+    # Without --no-optional-locks, `git status` may rewrite the index of a tree in use.
+    dirty = git("--no-optional-locks", "status", "--porcelain", "--", "solvers")
     return (commit or "unknown") + (" + uncommitted edits" if dirty else "")
 
 
@@ -747,3 +764,88 @@ def add_report_options(parser: argparse.ArgumentParser, results_name: str) -> No
         action="store_true",
         help=f"do not write benchmarks/results/{results_name}.json",
     )
+
+
+# --------------------------------------------------------------------------------------
+# Smoke runs: every benchmark's smallest real run, for the test suite
+# --------------------------------------------------------------------------------------
+
+SMOKE_HELP = (
+    "smoke run: the smallest real run of the same code path (seconds), on the repository's "
+    "own data (tests/data or generated inputs); overrides the size options, enforces no "
+    "target, saves nothing (implies --no-save), never installs or runs lowtime"
+)
+SMOKE_VERDICTS = "smoke run: no verdict sets the exit status (its sizes are not the targets')"
+
+
+@dataclass
+class _SmokeState:
+    """Whether this process is a smoke run (set once, by :func:`enter_smoke`)."""
+
+    active: bool = False
+
+
+_SMOKE = _SmokeState()
+
+
+def add_smoke_option(parser: argparse.ArgumentParser) -> None:
+    """Add ``--smoke`` (see :data:`SMOKE_HELP`) to a benchmark's parser."""
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
+
+
+def enter_smoke(args: argparse.Namespace) -> bool:
+    """Make this process a smoke run when ``args.smoke`` is set; return whether it is one.
+
+    From then on :func:`data_dir` is ``tests/data``, :func:`write_results` and
+    :func:`lowtime_python` refuse, and :meth:`Verdicts.exit_status` is 0. ``args.no_save``
+    and ``args.strict`` (where the script has them) are switched to match.
+    """
+    if not getattr(args, "smoke", False):
+        return False
+    _SMOKE.active = True
+    if hasattr(args, "no_save"):
+        args.no_save = True
+    if hasattr(args, "strict"):
+        args.strict = False
+    print("smoke run: smallest sizes, repository data only, nothing saved", flush=True)
+    return True
+
+
+def is_smoke() -> bool:
+    """Whether this process is a smoke run."""
+    return _SMOKE.active
+
+
+def smoke_skip(what: str, why: str) -> None:
+    """Say, in a smoke run's output, which part of the real run it leaves out and why."""
+    print(f"smoke run: {what} skipped ({why})", flush=True)
+
+
+def load_nvml_fake() -> Any:
+    """The behavioural ``pynvml`` fake of the device tests (``tests/devices/conftest.py``).
+
+    Returns:
+        The loaded module: ``FakePynvml``, ``FakeGpu`` and ``FakeTime`` are its classes.
+
+    Raises:
+        RuntimeError: when the fake cannot be loaded (it needs pytest, from the test extra).
+    """
+    import importlib.util
+
+    name = "eopt_benchmarks_nvml_fake"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, NVML_FAKE)
+    if spec is None or spec.loader is None:
+        raise RuntimeError(f"{NVML_FAKE}: not found; the NVML fake lives in the test suite")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses look their module up by name
+    try:
+        spec.loader.exec_module(module)
+    except ImportError as exc:
+        del sys.modules[name]
+        raise RuntimeError(
+            f"{NVML_FAKE}: cannot load the NVML fake ({exc}); install the test extra: "
+            "pip install -e '.[test]'"
+        ) from None
+    return module

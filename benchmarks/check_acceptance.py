@@ -19,6 +19,7 @@ mechanism is on, and the same when it is off.
 
     python3 benchmarks/check_acceptance.py                 # 20 trials per mechanism
     python3 benchmarks/check_acceptance.py --trials 40 --null 100
+    python3 benchmarks/check_acceptance.py --smoke    # 1 schedule per world, 10 runs
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common as common
+
 from eopt.calculus.schedule import Placement
 from eopt.check.runner import Job, SimElement, SimRunner
 from eopt.check.workflow import CheckResult, characterize_element, check_schedule
@@ -40,6 +45,8 @@ from eopt.model.signature import Signature
 
 RESULTS = Path(__file__).resolve().parent / "results"
 RUNS = 30
+# --smoke: one schedule per world (every mechanism still runs), fewer runs per measurement.
+SMOKE = {"null": 1, "trials": 1, "runs": 10}
 
 
 @dataclass
@@ -220,16 +227,18 @@ def placements(sc: Scenario, lib: dict[str, Signature]) -> list[Placement]:
     return out
 
 
-def run_trial(sc: Scenario, seed: int) -> tuple[CheckResult, float]:
+def run_trial(sc: Scenario, seed: int, runs: int = RUNS) -> tuple[CheckResult, float]:
+    """Characterize the schedule's element types and check it, ``runs`` runs per
+    measurement; returns the result and the effect in units of the measured spread."""
     mech = "none" if sc.mechanism == "none" else sc.mechanism
     runner = SimRunner(sc.elements, sc.devices, mechanisms=mech, **sc.runner)
     used = list(dict.fromkeys(n for g in sc.layout for n, _ in g))
     lib = {
-        n: characterize_element(runner, n, sc.devices[0], RUNS, seed=seed * 7919 + 1000 * (k + 1))
+        n: characterize_element(runner, n, sc.devices[0], runs, seed=seed * 7919 + 1000 * (k + 1))
         for k, n in enumerate(used)
     }
     pl = placements(sc, lib)
-    res = check_schedule(pl, list(lib.values()), runner, runs=RUNS, seed=seed * 7919 + 500_000)
+    res = check_schedule(pl, list(lib.values()), runner, runs=runs, seed=seed * 7919 + 500_000)
     sigma = float(res.measured.energy_j.std(ddof=1))
     effect = abs(float(res.measured.energy_j.mean()) - res.predicted.energy.mean) / sigma
     t_sigma = float(res.measured.time_s.std(ddof=1))
@@ -303,7 +312,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--no-save", action="store_true")
     ap.add_argument("--strict", action="store_true", help="exit 1 on any FAIL")
+    ap.add_argument("--runs", type=int, default=RUNS, help=f"runs per measurement (default {RUNS})")
+    common.add_smoke_option(ap)
     args = ap.parse_args(argv)
+    if common.enter_smoke(args):
+        vars(args).update(SMOKE)
     rng = np.random.default_rng(args.seed)
     rows, fails = [], 0
     t0 = time.perf_counter()
@@ -311,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     agree = 0
     for i in range(args.null):
         sc = scenario("none", rng)
-        res, _ = run_trial(sc, args.seed * 100_000 + i)
+        res, _ = run_trial(sc, args.seed * 100_000 + i, args.runs)
         agree += not res.deviation
     null_rate = agree / max(args.null, 1)
     ok = null_rate >= 0.95
@@ -332,7 +345,9 @@ def main(argv: list[str] | None = None) -> int:
         kept, effects, misses = 0, [], []
         for i in range(args.trials):
             sc = scenario(mech, rng)
-            res, effect = run_trial(sc, args.seed * 100_000 + 50_000 + 1000 * m_index + i)
+            res, effect = run_trial(
+                sc, args.seed * 100_000 + 50_000 + 1000 * m_index + i, args.runs
+            )
             if effect < 3.0:
                 continue
             kept += 1
@@ -394,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             + "\n"
         )
-    return 1 if (fails and args.strict) else 0
+    return 1 if (fails and args.strict) else 0  # a smoke run is never strict
 
 
 if __name__ == "__main__":

@@ -19,6 +19,10 @@ Examples:
     python3 benchmarks/confidence_deadline.py                  # 4 random plans + 4 Perseus
     python3 benchmarks/confidence_deadline.py --random 0 --config gpt3-175b+a100_sxm
     python3 benchmarks/confidence_deadline.py --confidences 0.9,0.99 --cv 0.05
+    python3 benchmarks/confidence_deadline.py --smoke   # 1 random + GPT-3/A100, q = 0.9
+
+``--smoke``: one random plan and GPT-3 175B on the A100 (the profile in ``tests/data``)
+with M = 4, q = 0.9 only, the independent check on 10 000 samples.
 
 Target: achieved (independent Monte Carlo) ≥ requested for every plan and q, up to two
 standard errors of that estimate (how many point estimates reach q is printed too); the
@@ -56,6 +60,14 @@ P_BLOCK_W = {"a100_sxm": 83.64, "a40": 70.38}
 MODELS = ("gpt3-175b", "bloom")
 CHECK_SAMPLES = 100_000
 CHECK_SEED = 2024
+SMOKE = {
+    "random": 1,
+    "configs": ["gpt3-175b+a100_sxm"],
+    "confidences": [0.9],
+    "microbatches": 4,
+    "check_samples": 10_000,
+    "time_limit": 2.0,
+}
 
 
 def random_plan(seed: int) -> tuple[str, Plan, Library]:
@@ -80,8 +92,11 @@ def random_plan(seed: int) -> tuple[str, Plan, Library]:
     return f"random #{seed} (4 GPUs × 40)", plan, Library(sigs)
 
 
-def perseus_plan(model: str, gpu: str, cv: float) -> tuple[str, Plan, Library]:
-    """Perseus's 8-stage 1F1B pipeline, M = 12, with a CV of ``cv`` on every cell."""
+def perseus_plan(
+    model: str, gpu: str, cv: float, microbatches: int = MICROBATCHES
+) -> tuple[str, Plan, Library]:
+    """Perseus's 8-stage 1F1B pipeline of ``microbatches`` microbatches (its M = 12 by
+    default), with a CV of ``cv`` on every cell."""
     p_block = P_BLOCK_W[gpu]
     profile = common.data_dir() / "perseus_sosp24" / "stage_profile" / f"{model}+{gpu}_bf16.csv"
     sigs = [
@@ -96,12 +111,15 @@ def perseus_plan(model: str, gpu: str, cv: float) -> tuple[str, Plan, Library]:
         )
         for s in read_perseus_profile(profile, p_block)
     ]
-    plan = pipeline_plan(NUM_STAGES, MICROBATCHES, p_block)
-    return f"{model} {gpu} 8×{MICROBATCHES}", plan, Library(sigs)
+    plan = pipeline_plan(NUM_STAGES, microbatches, p_block)
+    return f"{model} {gpu} 8×{microbatches}", plan, Library(sigs)
 
 
-def independent_check(plan: Plan, library: Library, schedule: Any, deadline_s: float) -> Any:
-    """The chosen plan's on-time probability from fresh samples (not the search's)."""
+def independent_check(
+    plan: Plan, library: Library, schedule: Any, deadline_s: float, samples: int = CHECK_SAMPLES
+) -> Any:
+    """The chosen plan's on-time probability from ``samples`` fresh samples (not the
+    search's)."""
     pp = build_problem(plan, library)
     placed = {e.name: (e.impl, e.op_point) for e in schedule.elements}
     modes = {}
@@ -112,7 +130,7 @@ def independent_check(plan: Plan, library: Library, schedule: Any, deadline_s: f
             for k, cells in enumerate(task.choices)
             if tuple((c.impl, c.op_point) for c in cells) == want
         )
-    return on_time(timed_dag(pp, modes), deadline_s, CHECK_SAMPLES, CHECK_SEED)
+    return on_time(timed_dag(pp, modes), deadline_s, samples, CHECK_SEED)
 
 
 def run_plan(
@@ -131,7 +149,7 @@ def run_plan(
             time_limit=args.time_limit,
         )
         wall = time.perf_counter() - started
-        check = independent_check(plan, library, schedule, result.deadline_s)
+        check = independent_check(plan, library, schedule, result.deadline_s, args.check_samples)
         # A shortfall counts only beyond sampling error (2 standard errors).
         verdicts.check(
             check.monte_carlo + 2 * check.stderr >= q,
@@ -210,7 +228,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--method", default="relax", help="solver method (default relax)")
     common.add_report_options(parser, "confidence_deadline")
+    common.add_smoke_option(parser)
     args = parser.parse_args(argv)
+    vars(args).update(microbatches=MICROBATCHES, check_samples=CHECK_SAMPLES)
+    if common.enter_smoke(args):
+        vars(args).update(SMOKE)
     args.time_limit = args.time_limit or 30.0
     bad = [q for q in args.confidences if not 0 < q < 1]
     if bad:
@@ -225,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"--config {config!r}: use MODEL+GPU with MODEL in {MODELS}, "
                 f"GPU in {tuple(P_BLOCK_W)}"
             )
-        plans.append(perseus_plan(model, gpu, args.cv))
+        plans.append(perseus_plan(model, gpu, args.cv, args.microbatches))
     verdicts = common.Verdicts()
     runs: list[dict[str, Any]] = []
     for label, plan, library in plans:

@@ -31,9 +31,15 @@ Usage::
     python benchmarks/gpu_readonly_probe.py              # GPU 0
     python benchmarks/gpu_readonly_probe.py --gpu 1
     python benchmarks/gpu_readonly_probe.py --sim        # same logic, simulated H200
+    python benchmarks/gpu_readonly_probe.py --smoke      # the GPU path on a fake NVML
 
 ``--sim`` runs every step against eopt's simulated H200 on virtual time (the matmul loop
 becomes simulated GEMMs), so the script can be checked on a machine without a GPU.
+``--smoke`` runs the real-GPU path (guard, eopt's NVML device, every step) against the
+device tests' behavioural NVML fake (``tests/devices/conftest.py``, which needs pytest) on
+the fake's virtual time, with short durations; the matmul loop becomes the fake GPU
+drawing more power while work is queued. It checks that no setting-changing call reached
+the fake, and writes ``probe.json`` only where ``--out`` says (else to a temporary folder).
 """
 
 from __future__ import annotations
@@ -47,11 +53,13 @@ import platform
 import re
 import statistics
 import sys
+import tempfile
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
+from unittest import mock
 
 REPO_DIR = Path(__file__).resolve().parent.parent
 if str(REPO_DIR) not in sys.path:
@@ -71,6 +79,18 @@ WINDOW_REPEATS = 3
 SHORT_REGIONS_S = (0.01, 0.1, 1.0)
 SHORT_REPEATS = 5
 GAP_S = 0.3  # idle time before and between measured windows
+# --smoke: the durations above, shortened (virtual time; a few sensor periods each).
+SMOKE_SIZES: dict[str, Any] = {
+    "PERIOD_DURATION_S": 1.0,
+    "COUNTER_PERIOD_DURATION_S": 0.5,
+    "WINDOW_S": 1.0,
+    "WINDOW_REPEATS": 1,
+    "SHORT_REGIONS_S": (0.01, 0.1),
+    "SHORT_REPEATS": 2,
+}
+SMOKE_IDLE_MW = 60_000  # the fake GPU's draw idle and while work is queued, mW
+SMOKE_BUSY_MW = 350_000
+SMOKE_COUNTER_PERIOD_S = 0.001  # the fake's energy counter refresh: NVML's moves every ms
 
 # NVML calls that change state: setters, resets, clears, creations and the like.
 _CHANGING = re.compile(
@@ -260,6 +280,57 @@ class SimLoad(Load):
         self.op_time_s = {
             k: self.gpu.launch("gemm", "cublas", w) for k, w in self.WORKLOADS.items()
         }
+
+
+class FakeNvmlLoad(Load):
+    """Work on the NVML fake's GPU (``--smoke``): while work is queued the fake GPU draws
+    about ``busy_mw`` (±5 %, alternating every ``WOBBLE_S``, as a real load's draw moves),
+    else ``idle_mw``, on the fake's virtual time.
+
+    Args:
+        fake_gpu: The fake's GPU (a ``FakeGpu``; its ``power_mw`` is the true draw, mW).
+        time: The fake's time source (a ``FakeTime``), which the device polls on.
+        idle_mw: Draw with nothing queued, mW.
+        busy_mw: Draw while work is queued, mW.
+    """
+
+    library = "nvml-fake"
+    dtype = "none (the fake GPU draws more while work is queued)"
+    OP_TIME_S: ClassVar[dict[str, float]] = {"small": 0.005, "big": 0.05}
+    WOBBLE_S = 0.03
+
+    def __init__(self, fake_gpu: Any, time: Any, idle_mw: int, busy_mw: int) -> None:
+        super().__init__()
+        self.fake_gpu, self.time = fake_gpu, time
+        self.idle_mw, self.busy_mw = idle_mw, busy_mw
+        self._busy_until_s = time.now()
+        self._end: Any = None  # the timer that ends the queued work
+        self._high = True
+        fake_gpu.power_mw = idle_mw
+        time.every(self.WOBBLE_S, self._wobble)
+
+    def calibrate(self) -> None:
+        self.op_time_s = dict(self.OP_TIME_S)
+
+    def _launch(self, kind: str) -> None:
+        now = self.time.now()
+        self._busy_until_s = max(self._busy_until_s, now) + self.op_time_s[kind]
+        self.fake_gpu.power_mw = self.busy_mw
+        if self._end is not None:
+            self._end.cancel()
+        self._end = self.time.every(self._busy_until_s - now, self._finish)
+
+    def _wobble(self, now_s: float) -> None:
+        if now_s < self._busy_until_s:
+            self._high = not self._high
+            self.fake_gpu.power_mw = round(self.busy_mw * (1.05 if self._high else 0.95))
+
+    def _finish(self, now_s: float) -> None:
+        self.fake_gpu.power_mw = self.idle_mw
+        self._end.cancel()  # a one-shot: the fake's timers repeat
+
+    def sync(self) -> None:
+        self.time.advance(max(0.0, self._busy_until_s - self.time.now()))
 
 
 def open_load(index: int) -> Load:
@@ -528,8 +599,14 @@ def summarize_regions(rows: list[dict[str, Any]], fields: Sequence[str]) -> list
 # --------------------------------------------------------------------------------------
 # Driver
 # --------------------------------------------------------------------------------------
-def open_gpu(sim: bool, index: int, guard: SetterGuard) -> tuple[Any, Any, Load]:
-    """The guarded, measure-only device, the pynvml module (None on the sim) and a load."""
+def open_gpu(
+    sim: bool, index: int, guard: SetterGuard, clock: Any = None, load: Load | None = None
+) -> tuple[Any, Any, Load]:
+    """The guarded, measure-only device, the pynvml module (None on the sim) and a load.
+
+    ``clock`` and ``load`` replace the NVML device's wall clock and the matmul loop (the
+    smoke run's fake time and fake load); the simulator ignores them.
+    """
     if sim:
         from eopt.sim.gpu import SimulatedGPU
 
@@ -540,8 +617,8 @@ def open_gpu(sim: bool, index: int, guard: SetterGuard) -> tuple[Any, Any, Load]
         pynvml = guard_nvml(guard)
         from eopt.devices.nvml import NvmlGPU
 
-        gpu = NvmlGPU(index, control=False)
-        load = open_load(index)
+        gpu = NvmlGPU(index, control=False, clock=clock)
+        load = load if load is not None else open_load(index)
     guard.wrap(gpu, ["set_operating_point", "restore", "restore_from_state"], gpu.name)
     return gpu, pynvml, load
 
@@ -560,9 +637,17 @@ def _section(result: dict[str, Any], key: str, step: Callable[[], Any]) -> Any:
     return result[key]
 
 
-def run_probe(sim: bool, index: int, result: dict[str, Any] | None = None) -> dict[str, Any]:
+def run_probe(
+    sim: bool,
+    index: int,
+    result: dict[str, Any] | None = None,
+    *,
+    clock: Any = None,
+    load: Load | None = None,
+) -> dict[str, Any]:
     """Run every step; returns the JSON-ready result (filled into ``result`` as it goes,
-    so a caller keeps what was measured even if a step raises).
+    so a caller keeps what was measured even if a step raises). ``clock`` and ``load``:
+    see :func:`open_gpu`.
 
     Raises:
         SetterCalledError: when anything tried to change a setting.
@@ -578,7 +663,7 @@ def run_probe(sim: bool, index: int, result: dict[str, Any] | None = None) -> di
     )
     guard = SetterGuard()
     result["guard"] = guard.to_dict()
-    gpu, pynvml, load = open_gpu(sim, index, guard)
+    gpu, pynvml, load = open_gpu(sim, index, guard, clock=clock, load=load)
     # The guard is in place: an (empty) setting is refused before it reaches the device.
     try:
         gpu.set_operating_point(OperatingPoint())
@@ -653,17 +738,13 @@ def print_summary(result: dict[str, Any]) -> None:
     print(f"  setter calls: {len(result['guard']['calls'])}; {result['elapsed_s']:.1f} s")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--gpu", type=int, default=0, help="NVML index of the GPU to probe")
-    parser.add_argument("--sim", action="store_true", help="probe the simulated H200 instead")
-    parser.add_argument("--out", help="output file (default: $OUT/probe.json or ./probe.json)")
-    args = parser.parse_args(argv)
-    out = Path(args.out) if args.out else Path(os.environ.get("OUT") or ".") / "probe.json"
+def write_probe(out: Path, run: Callable[[dict[str, Any]], Any]) -> None:
+    """Run the probe (``run`` fills the result it is given) and write ``out``: the whole
+    result and a summary, or, when a step raises, whatever was measured before it."""
     out.parent.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {}
     try:
-        run_probe(args.sim, args.gpu, result)
+        run(result)
     except BaseException as exc:
         # Keep whatever was measured: device time is scarce.
         result["fatal"] = f"{type(exc).__name__}: {exc}"
@@ -674,6 +755,80 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.write_text(json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8")
     print_summary(result)
     print(f"wrote {out}")
+
+
+@contextlib.contextmanager
+def _module_values(values: Mapping[str, Any]) -> Iterator[None]:
+    """This module's constants set to ``values`` for the duration (the smoke sizes)."""
+    saved = {name: globals()[name] for name in values}
+    globals().update(values)
+    try:
+        yield
+    finally:
+        globals().update(saved)
+
+
+def smoke(index: int, out: str | None) -> int:
+    """The real-GPU path on the device tests' NVML fake, on its virtual time, shortened.
+
+    Returns:
+        0.
+
+    Raises:
+        SetterCalledError: when any setting-changing call reached the fake.
+    """
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import _common as common
+
+    fakes = common.load_nvml_fake()
+    clock = fakes.FakeTime()
+    gpus = [fakes.FakeGpu(power_mw=SMOKE_IDLE_MW, energy_period_s=SMOKE_COUNTER_PERIOD_S)]
+    fake = fakes.FakePynvml(gpus, time=clock)
+    load = FakeNvmlLoad(fake.gpus[0], clock, SMOKE_IDLE_MW, SMOKE_BUSY_MW)
+    source = common.NVML_FAKE.relative_to(REPO_DIR)
+    print(f"smoke run: the NVML path on the fake NVML of {source}")
+
+    def run(result: dict[str, Any]) -> None:
+        result["smoke"] = f"fake NVML of {source}, virtual time, shortened"
+        run_probe(False, index, result, clock=clock, load=load)
+        result["mode"] = "nvml-fake"  # no GPU was read: say so in probe.json
+
+    with (
+        tempfile.TemporaryDirectory(prefix="eopt-probe-smoke-") as tmp,
+        _module_values(SMOKE_SIZES),
+        # The probe guards, and eopt's device calls, the very module they import.
+        mock.patch.dict(sys.modules, {"pynvml": fake}),
+        mock.patch("eopt.devices.nvml.pynvml", fake),
+    ):
+        path = Path(out) if out else Path(tmp) / "probe.json"
+        write_probe(path, run)
+        if not out:
+            print("(smoke run: written to a temporary folder, removed on exit)")
+    reached = fake.setter_calls()
+    print(
+        f"fake NVML: {len(fake.calls)} calls answered, setting-changing ones: "
+        f"{', '.join(reached) or 'none'}"
+    )
+    if reached:
+        raise SetterCalledError(f"setting-changing calls reached the fake NVML: {reached}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gpu", type=int, default=0, help="NVML index of the GPU to probe")
+    parser.add_argument("--sim", action="store_true", help="probe the simulated H200 instead")
+    parser.add_argument("--out", help="output file (default: $OUT/probe.json or ./probe.json)")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="the GPU path on the device tests' NVML fake, shortened (no GPU needed)",
+    )
+    args = parser.parse_args(argv)
+    if args.smoke:
+        return smoke(args.gpu, args.out)
+    out = Path(args.out) if args.out else Path(os.environ.get("OUT") or ".") / "probe.json"
+    write_probe(out, lambda result: run_probe(args.sim, args.gpu, result))
     return 0
 
 

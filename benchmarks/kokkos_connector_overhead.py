@@ -7,6 +7,7 @@ file meanwhile. Prints ns per callback (a pair is two callbacks) and PASS/FAIL a
 target: under 1 µs per callback on this machine.
 
     python3 benchmarks/kokkos_connector_overhead.py [--rounds 1000000]
+    python3 benchmarks/kokkos_connector_overhead.py --smoke   # a fresh build, 1000 rounds
 """
 
 from __future__ import annotations
@@ -18,9 +19,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common as common
+
 from eopt.measure.kokkos import build_connector, find_compiler
 
 TARGET_NS = 1000.0
+SMOKE_ROUNDS = 1000
 
 DRIVER = r"""
 #include <dlfcn.h>
@@ -75,9 +81,14 @@ int main(int argc, char** argv) {
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=1_000_000)
+    common.add_smoke_option(parser)
     args = parser.parse_args()
-    library = build_connector()
+    smoke = common.enter_smoke(args)
+    if smoke:
+        args.rounds = SMOKE_ROUNDS
     with tempfile.TemporaryDirectory(prefix="eopt-bench-") as tmp:
+        # A smoke run compiles the connector afresh (a cached build would hide a broken one).
+        library = build_connector(cache_dir=Path(tmp) / "build") if smoke else build_connector()
         driver = Path(tmp) / "driver"
         src = Path(tmp) / "driver.c"
         src.write_text(DRIVER)
@@ -107,6 +118,9 @@ def main() -> int:
         ok = ns < TARGET_NS
         failed += not ok
         print(f"{name:<30}{ns:>16.1f}  {'PASS' if ok else 'FAIL'}")
+    if smoke:
+        print(common.SMOKE_VERDICTS)
+        return 0
     return 1 if failed else 0
 
 

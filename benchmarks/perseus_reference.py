@@ -9,6 +9,7 @@ prints energy, makespan, certified lower bound and time next to the reference nu
 Examples:
     python3 benchmarks/perseus_reference.py
     python3 benchmarks/perseus_reference.py --methods relax --time-limit 30
+    python3 benchmarks/perseus_reference.py --smoke   # relax only, the tests/data profile
 
 Target: every plan within its deadline and within 0.5 % of the exact optimum.
 """
@@ -16,9 +17,13 @@ Target: every plan within its deadline and within 0.5 % of the exact optimum.
 from __future__ import annotations
 
 import argparse
-import os
+import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common as common
 
 from eopt.model.library import Library
 from eopt.plan.perseus import read_perseus_profile
@@ -28,21 +33,23 @@ from eopt.plan.solve import solve_plan
 # deadline s → (exact optimum J, Perseus frontier J), from the data README, section 1.
 REFERENCE = {3.0: (5719.9, 5751.1), 2.9: (5928.9, 5923.0)}
 P_BLOCK_W = 83.64
+SMOKE = {"methods": "relax", "time_limit": 2.0}
 
 
 def _profile() -> Path:
-    base = Path(
-        os.environ.get("EOPT_DATA_DIR") or Path(__file__).resolve().parents[2] / "shared" / "data"
-    )
+    base = common.data_dir()
     return base / "perseus_sosp24" / "stage_profile" / "gpt3-175b+a100_sxm_bf16.csv"
 
 
-def main() -> None:
-    """Run the comparison and print one table row per (deadline, method)."""
+def main(argv: list[str] | None = None) -> int:
+    """Run the comparison and print one table row per (deadline, method); returns 0."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--methods", default="relax,milp", help="comma-separated methods")
     parser.add_argument("--time-limit", type=float, default=60.0, help="s per solve")
-    args = parser.parse_args()
+    common.add_smoke_option(parser)
+    args = parser.parse_args(argv)
+    if common.enter_smoke(args):
+        vars(args).update(SMOKE)
     lib = Library(read_perseus_profile(_profile(), P_BLOCK_W))
     plan = pipeline_plan(8, 12, P_BLOCK_W)
     header = (
@@ -69,7 +76,8 @@ def main() -> None:
             )
     verdict = "PASS" if worst <= 0.005 else "FAIL"
     print(f"\n{verdict}: worst excess over the exact optimum {worst:+.3%} (target ≤ +0.5 %)")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    common.run_main(main)

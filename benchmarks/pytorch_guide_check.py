@@ -6,10 +6,12 @@ clocks, kept the plan's order, entered every element, and that the loss fell. Ne
 PyTorch (`pip install torch`; the CPU build is enough). Prints PASS/FAIL per rank count.
 
     python3 benchmarks/pytorch_guide_check.py
+    python3 benchmarks/pytorch_guide_check.py --smoke    # 2 ranks only
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import os
@@ -19,8 +21,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common as common
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "docs" / "pytorch_1f1b.py"
+RANKS = (2, 4)
+SMOKE_RANKS = (2,)
 
 
 def demo_schedule(out: Path, stages: int, microbatches: int) -> Path:
@@ -89,6 +97,11 @@ def check(ranks: int, tmp: Path) -> list[str]:
 
 
 def main() -> int:
+    """Check each rank count; returns 1 when one fails, 2 without PyTorch."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    common.add_smoke_option(parser)
+    args = parser.parse_args()
+    ranks_to_check = SMOKE_RANKS if common.enter_smoke(args) else RANKS
     try:
         import torch  # noqa: F401
     except ImportError:
@@ -96,7 +109,7 @@ def main() -> int:
         return 2
     failed = 0
     with tempfile.TemporaryDirectory(prefix="eopt-guide-") as tmp:
-        for ranks in (2, 4):
+        for ranks in ranks_to_check:
             problems = check(ranks, Path(tmp))
             failed += bool(problems)
             print(f"{ranks} ranks: {'PASS' if not problems else 'FAIL: ' + '; '.join(problems)}")

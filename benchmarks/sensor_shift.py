@@ -37,6 +37,7 @@ Usage::
 
     python3 benchmarks/sensor_shift.py
     python3 benchmarks/sensor_shift.py --model A100-SXM4-80GB --json results.json
+    python3 benchmarks/sensor_shift.py --smoke     # 10 ms only, 2 estimates per row
 """
 
 from __future__ import annotations
@@ -51,6 +52,10 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common as common
+
 from eopt.runs.runset import phase_delay_s
 from eopt.sim.gpu import SimulatedGPU
 
@@ -59,6 +64,7 @@ LEAD_S = 0.4  # idle before each region (the baseline is read here)
 TAIL_S = 0.4  # idle after it (longer than the sensor's report of it)
 CADENCE_S = 1.0  # repeats start this far apart: a whole number of sensor periods
 BASELINE_S = 0.3  # idle readings up to this long before the region form the baseline
+SMOKE = {"lengths_ms": "10", "phases": 2}
 
 
 @dataclass(frozen=True)
@@ -347,7 +353,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--phases", type=int, default=20, help="estimates per method")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="also write the numbers to this file")
+    common.add_smoke_option(parser)
     args = parser.parse_args(argv)
+    if common.enter_smoke(args):
+        vars(args).update(SMOKE)
     lengths = [float(x) for x in args.lengths_ms.split(",") if x.strip()]
     started = time.perf_counter()
     rows = measure(

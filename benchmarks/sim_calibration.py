@@ -36,6 +36,11 @@ Usage::
     python benchmarks/sim_calibration.py --write    # A100: fit and write the package's files
     python benchmarks/sim_calibration.py --gpus     # per-GPU fits and held-out table
     python benchmarks/sim_calibration.py --gpus --write-profiles   # ... and write profiles
+    python benchmarks/sim_calibration.py --smoke    # A100: GPT-3 forward only, a short fit
+
+``--smoke`` runs part 1 on the Perseus profiles in ``tests/data``: the shipped parameters'
+table and a fit of the GPT-3 forward curves stopped after three evaluations (part 2 needs
+``dvfs/unified_modes.csv``, which ``tests/data`` does not hold, and says so).
 """
 
 from __future__ import annotations
@@ -43,7 +48,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
 import sys
 import time
 from collections import defaultdict
@@ -55,6 +59,10 @@ from typing import Any
 import numpy as np
 import yaml
 from scipy.optimize import least_squares
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common as common
 
 from eopt.sim.fit import (
     MeasuredTable,
@@ -68,15 +76,9 @@ from eopt.sim.physics import GpuPhysics, KernelDemand, static_power_w, steady_st
 from eopt.sim.profiles import GpuProfile, load_profile
 
 ROOT = Path(__file__).resolve().parents[1]
-# The project's shared data sit beside the checkout (../shared/data); EOPT_DATA_DIR overrides.
-DATA_ROOT = (
-    Path(os.environ["EOPT_DATA_DIR"])
-    if os.environ.get("EOPT_DATA_DIR")
-    else ROOT.parent / "shared" / "data"
-)
-DATA = DATA_ROOT / "perseus_sosp24" / "stage_profile"
+STAGE_PROFILES = Path("perseus_sosp24") / "stage_profile"  # under common.data_dir()
 RESULTS = ROOT / "benchmarks" / "results" / "sim_calibration.json"
-PROFILES = ROOT / "eopt" / "devices" / "profiles"
+PROFILES = ROOT / "eopt" / "sim" / "data"
 MODEL = "A100-SXM4-80GB"
 P_BLOCK_W = 83.64  # Perseus' measured blocking (idle, ready) power of this A100
 TIME_TARGET, ENERGY_TARGET = 0.03, 0.05
@@ -95,13 +97,20 @@ SHARED_X0 = [0.72, 1080.0, 1.6, 80.0, 0.25, 2.0]
 SHARED_LO = [0.4, 900.0, 1.0, 10.0, 0.0, 1.0]
 SHARED_HI = [1.0, 1350.0, 4.0, 250.0, 0.8, 8.0]
 MEM_ACTIVITY = 0.8
+# --smoke: one kernel's two curves (stages 0-6 and 7), three least-squares evaluations.
+SMOKE_KERNELS = ("perseus_gpt3_fwd",)
+SMOKE_MAX_NFEV = 3
 
 
-def load_stage_curves() -> dict[tuple[str, int], dict[str, np.ndarray]]:
-    """(kernel, stage 0–7) → arrays ``clock_mhz``, ``time_s``, ``energy_j``, sorted by clock."""
+def load_stage_curves(
+    kernels: tuple[str, ...] = tuple(CURVES),
+) -> dict[tuple[str, int], dict[str, np.ndarray]]:
+    """(kernel, stage 0–7) → arrays ``clock_mhz``, ``time_s``, ``energy_j``, sorted by clock,
+    for each of ``kernels`` (default: every curve of :data:`CURVES`)."""
     out: dict[tuple[str, int], dict[str, np.ndarray]] = {}
-    for kernel, (filename, instruction) in CURVES.items():
-        with open(DATA / filename, newline="") as handle:
+    for kernel in kernels:
+        filename, instruction = CURVES[kernel]
+        with open(common.data_dir() / STAGE_PROFILES / filename, newline="") as handle:
             rows = list(csv.DictReader(handle))
         for stage in range(8):
             pick = sorted(
@@ -120,9 +129,10 @@ def load_stage_curves() -> dict[tuple[str, int], dict[str, np.ndarray]]:
 
 def fit_curves(stage_curves: dict) -> dict[tuple[str, str], dict[str, np.ndarray]]:
     """The distinct curves the fit uses: (kernel, stage group) → one stage's arrays."""
+    kernels = dict.fromkeys(kernel for kernel, _ in stage_curves)
     return {
         (kernel, group): stage_curves[(kernel, stage)]
-        for kernel in CURVES
+        for kernel in kernels
         for group, stage in STAGE_GROUPS.items()
     }
 
@@ -157,8 +167,11 @@ def _sig(value: float, digits: int = 6) -> float:
     return float(f"{float(value):.{digits - 1}e}")
 
 
-def fit(curves: dict, profile: GpuProfile) -> tuple[GpuPhysics, dict]:
-    """Least-squares fit of relative time and energy errors; returns physics and kernels."""
+def fit(curves: dict, profile: GpuProfile, max_nfev: int | None = None) -> tuple[GpuPhysics, dict]:
+    """Least-squares fit of relative time and energy errors; returns physics and kernels.
+
+    ``max_nfev`` stops the search after that many evaluations (None: until it converges).
+    """
     keys = list(curves)
     x0 = list(SHARED_X0)
     lo, hi = list(SHARED_LO), list(SHARED_HI)
@@ -183,7 +196,9 @@ def fit(curves: dict, profile: GpuProfile) -> tuple[GpuPhysics, dict]:
         res.append(np.atleast_1d(0.2 * (idle_top / P_BLOCK_W - 1.0)))
         return np.concatenate(res)
 
-    result = least_squares(residuals, np.array(x0), bounds=(lo, hi), x_scale="jac")
+    result = least_squares(
+        residuals, np.array(x0), bounds=(lo, hi), x_scale="jac", max_nfev=max_nfev
+    )
     phys, overlap_p, per = _unpack(result.x, profile.physics, len(keys))
     kernels: dict[str, dict] = {}
     for (kernel, group), (compute_s, memory_s, activity) in zip(keys, per, strict=True):
@@ -352,7 +367,7 @@ def load_gpu_table(spec: GpuData, path: Path | None = None) -> MeasuredTable:
     Repeated measurements of one (kernel, setting) are averaged; Perseus' stages 0–6
     (identical numbers) are kept once, as stage 0.
     """
-    path = path or DATA_ROOT / UNIFIED
+    path = path or common.data_dir() / UNIFIED
     groups: dict[tuple[str, str, float, float], list[tuple[float, float]]] = defaultdict(list)
     with open(path, newline="") as handle:
         for r in csv.DictReader(handle):
@@ -568,7 +583,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--only", action="append", metavar="MODEL", help="with --gpus: one model")
     parser.add_argument("--no-save", action="store_true", help="do not write results/*.json")
+    common.add_smoke_option(parser)
     args = parser.parse_args(argv)
+    if common.enter_smoke(args):
+        return smoke(args)
     if args.gpus:
         return run_gpus(args.write_profiles, args.only, not args.no_save)
     profile = load_profile(MODEL)
@@ -576,7 +594,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         rows = table_rows(stage_curves, profile, profile.physics, shipped_demand(profile))
         return 0 if print_table(rows) else 1
-    phys, kernels = fit(fit_curves(stage_curves), profile)
+    return fit_and_report(stage_curves, profile, write_files=args.write)
+
+
+def fit_and_report(
+    stage_curves: dict, profile: GpuProfile, write_files: bool, max_nfev: int | None = None
+) -> int:
+    """Part 1's default run: fit, print the fitted physics and the error table, and write
+    the package's files when ``write_files``; 0 when every curve meets both targets."""
+    phys, kernels = fit(fit_curves(stage_curves), profile, max_nfev)
     phys = replace(phys, **{k: _sig(getattr(phys, k)) for k in SHARED[:-1]})
     print("fitted physics:", {k: getattr(phys, k) for k in SHARED[:-1]})
     idle_top = static_power_w(
@@ -585,10 +611,26 @@ def main(argv: list[str] | None = None) -> int:
     print(f"idle draw at the top clock: {float(idle_top):.1f} W (Perseus P_block {P_BLOCK_W} W)")
     rows = table_rows(stage_curves, profile, phys, fitted_demand(profile, kernels))
     ok = print_table(rows)
-    if args.write:
+    if write_files:
         write(phys, kernels)
     return 0 if ok else 1
 
 
+def smoke(args: argparse.Namespace) -> int:
+    """The smoke run: part 1's ``--check`` table and its fit (cut short) on one kernel's
+    curves from ``tests/data``; writes nothing; returns 0."""
+    if args.gpus or args.write or args.write_profiles:
+        common.smoke_skip(
+            "--gpus, --write and --write-profiles",
+            f"{UNIFIED} is not in tests/data, and a smoke run writes nothing",
+        )
+    profile = load_profile(MODEL)
+    stage_curves = load_stage_curves(SMOKE_KERNELS)
+    print_table(table_rows(stage_curves, profile, profile.physics, shipped_demand(profile)))
+    fit_and_report(stage_curves, profile, write_files=False, max_nfev=SMOKE_MAX_NFEV)
+    print(common.SMOKE_VERDICTS)
+    return 0
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    common.run_main(main)

@@ -15,6 +15,7 @@ exhaust, naming the limit that would do.
 Examples:
     python3 benchmarks/solve_time_limit.py
     python3 benchmarks/solve_time_limit.py --elements 4000 --limits 2,5,20
+    python3 benchmarks/solve_time_limit.py --smoke    # 200 elements, one 10-s limit
 """
 
 from __future__ import annotations
@@ -27,9 +28,14 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common as common
+
 REPO = Path(__file__).resolve().parents[1]
 PROFILE = REPO / "examples" / "gpt3-a100.csv"
 IDLE_W = 83.64
+SMOKE = {"elements": 200, "limits": [10.0]}
 
 
 def write_chain(folder: Path, elements: int) -> Path:
@@ -118,7 +124,10 @@ def main(argv: list[str] | None = None) -> int:
         default=[3.0, 10.0, 30.0],
         help="time limits in s, comma-separated (default 3,10,30)",
     )
+    common.add_smoke_option(parser)
     args = parser.parse_args(argv)
+    if common.enter_smoke(args):
+        vars(args).update(SMOKE)
     with tempfile.TemporaryDirectory() as tmp:
         plan = write_chain(Path(tmp), args.elements)
         print(f"=== {args.elements}-element chain, 38 clocks per element, --slowdown 5%")

@@ -18,6 +18,7 @@ Examples:
     python3 benchmarks/solver_gap_study.py --factors 1.05,1.2 --time-limit 30 --no-save
     python3 benchmarks/solver_gap_study.py --factors 1.0,1.05,1.1,1.2,1.3 --no-milp --tag 8x32_auto
     python3 benchmarks/solver_gap_study.py --factors 1.05 --no-milp --no-save --write-mps /tmp
+    python3 benchmarks/solver_gap_study.py --smoke   # 4 × 8 of tests/data, 2-s MILP
 
 ``--write-mps DIR`` also writes each exact model (the one ``method="milp"`` builds) as
 ``DIR/8x32_<factor>.mps``, so that another MILP solver can check the proven bound
@@ -38,6 +39,8 @@ import _common as common
 
 IDLE_POWER_W = 75.0
 CASE = "s8_m32_u1ms"
+# --smoke: the case shipped in tests/data, one deadline, seconds of MILP.
+SMOKE = {"case": "s4_m8_u1ms", "factors": [1.05], "time_limit": 2.0, "start_limit": 1.0}
 
 
 def traced_milp(ip: Any, deadline: float, warm: list[int], time_limit: float) -> dict[str, Any]:
@@ -99,7 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--write-mps", type=Path, metavar="DIR", help="also write each exact MILP as MPS here"
     )
+    common.add_smoke_option(parser)
     args = parser.parse_args(argv)
+    if common.enter_smoke(args):
+        vars(args).update(SMOKE)
 
     import solvers
     from solvers.indexed import IndexedProblem
@@ -177,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         path = common.write_results(
             f"solver_gap_{args.tag}",
             {
-                "case": CASE,
+                "case": args.case,
                 "t_allmax_s": allmax.makespan_s,
                 "idle_power_w": IDLE_POWER_W,
                 "runs": runs,

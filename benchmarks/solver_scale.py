@@ -20,6 +20,7 @@ Examples:
     python3 benchmarks/solver_scale.py --large --methods relax
     python3 benchmarks/solver_scale.py --factors 1.05,1.1,1.2 --methods relax
     python3 benchmarks/solver_scale.py --stages 8 --microbatches 32 --clocks 10
+    python3 benchmarks/solver_scale.py --smoke     # 4 × 8 × 5 clocks, relax, seconds
 
 Targets: single deadline within 0.5 % of its lower bound in ≤ 60 s (16 × 128 × 30), in
 ≤ 120 s (32 × 256 × 30, `--large`); peak memory ≤ 4 GB.
@@ -52,6 +53,8 @@ TARGET_S = 60.0
 LARGE = {"stages": 32, "microbatches": 256, "clocks": 30, "time_limit": 110.0}
 LARGE_TARGET_S = 120.0
 TARGET_PEAK_BYTES = 4 * 2**30
+SMOKE = {"stages": 4, "microbatches": 8, "clocks": 5, "methods": ["relax"], "large": False}
+SMOKE_TIME_LIMIT_S = 10.0
 
 
 def peak_rss_bytes() -> int:
@@ -115,7 +118,11 @@ def main(argv: list[str] | None = None) -> int:
         "--save-profile", type=Path, help="also write the generated profile CSV here"
     )
     common.add_report_options(parser, "solver_scale")
+    common.add_smoke_option(parser)
     args = parser.parse_args(argv)
+    if common.enter_smoke(args):
+        vars(args).update(SMOKE)
+        args.time_limit = args.time_limit or SMOKE_TIME_LIMIT_S
     target_s = TARGET_S
     if args.large:
         args.stages, args.microbatches, args.clocks = (

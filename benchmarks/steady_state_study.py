@@ -24,6 +24,7 @@ relax's whole gap (printed alongside when ``--relax-limit`` > 0).
 Examples:
     python3 benchmarks/steady_state_study.py
     python3 benchmarks/steady_state_study.py --blocks 1,2 --time-limit 60 --relax-limit 0
+    python3 benchmarks/steady_state_study.py --smoke   # 4 × 16 × 5, P = 1, seconds
 """
 
 from __future__ import annotations
@@ -39,6 +40,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as common
 import solver_scale
+
+SMOKE = {
+    "stages": 4,
+    "microbatches": 16,
+    "clocks": 5,
+    "blocks": [1],
+    "time_limit": 2.0,
+    "relax_limit": 1.0,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,7 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--relax-limit", type=float, default=60.0, help="solve the whole problem too (0: skip)"
     )
+    common.add_smoke_option(parser)
     args = parser.parse_args(argv)
+    if common.enter_smoke(args):
+        vars(args).update(SMOKE)
 
     import solvers
     from solvers.indexed import IndexedProblem
