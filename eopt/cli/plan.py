@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -95,6 +96,15 @@ def _library_file_for(plan_path: Path) -> Path:
     type=Quantity("s", positive=True),
     help="Iteration-time bound to store in the plan, e.g. 3s.",
 )
+@click.option(
+    "--type",
+    "types",
+    multiple=True,
+    metavar="TYPE=NAME",
+    help="With --library: the library element a stage type is, e.g. forward=gemm_fwd "
+    "(every stage's forwards), backward=gemm_bwd, stage1.forward=big_fwd. Repeatable; "
+    "without it the library must hold stage{s}.forward / stage{s}.backward.",
+)
 @click.option("--gpus", type=GpuList(), help="Physical GPU index per stage, e.g. 0,1,2,3.")
 @click.option(
     "--output",
@@ -115,6 +125,7 @@ def pipeline(
     schedule: str,
     idle_power: float,
     deadline: float | None,
+    types: tuple[str, ...],
     gpus: list[int] | None,
     output: Path,
     force: bool,
@@ -131,9 +142,16 @@ def pipeline(
           --idle-power 83.64W -o plan.yaml
       eopt plan pipeline --library stages.jsonl -S 4 -M 8 --schedule gpipe \\
           --idle-power 75W -o plan.json
+      eopt plan pipeline --library gemm.jsonl -S 2 -M 4 --type forward=gemm \\
+          --type backward=gemm --idle-power 60W -o plan.yaml
     """
     if (profile is None) == (library is None):
         raise UserError("give exactly one of --profile CSV or --library JSONL")
+    if types and profile is not None:
+        raise UserError("--type maps a library's elements; a --profile names its own stages")
+    mapping = _type_map(types)
+    if mapping and stages is None:
+        raise UserError("--type maps elements to stage types: give the number of stages, -S N")
     if stages is not None:
         check_size(stages, microbatches)
     lib_path = _library_file_for(output) if profile is not None else library
@@ -148,23 +166,42 @@ def pipeline(
         assert library is not None
         sigs = Library.load(library).signatures
         source = f"library {library}"
-    available = _available_stages(sigs, source, from_profile=profile is not None)
+    names = {s.name for s in sigs}
+
+    def type_of(stage: int, kind: str) -> str:
+        own = default_type(stage, kind)
+        return mapping.get(own, mapping.get(kind, own))
+
+    available = _available_stages(sigs, source, from_profile=profile is not None, type_of=type_of)
     stages = stages or available
+    if stages == 0:
+        raise UserError(
+            f"{source} holds no stage types (stage0.forward, stage0.backward …); it holds "
+            f"{', '.join(sorted(names)[:8])}{' …' if len(names) > 8 else ''}: say which "
+            "element each stage runs with --type forward=NAME --type backward=NAME, and "
+            "the number of stages with --stages"
+        )
     check_size(stages, microbatches)  # before any list of 2·S·M elements exists
     if gpus is not None and len(gpus) != stages:
         raise UserError(f"--gpus: expected {stages} GPU indices (one per stage), got {len(gpus)}")
-    types = {s.name for s in sigs}
-    missing = [
-        default_type(s, kind)
-        for s in range(stages)
-        for kind in ("forward", "backward")
-        if default_type(s, kind) not in types
-    ]
+    missing = sorted(
+        {
+            type_of(s, kind)
+            for s in range(stages)
+            for kind in ("forward", "backward")
+            if type_of(s, kind) not in names
+        }
+    )
     if missing:
-        raise UserError(
-            f"{source} has no cells of type(s) {', '.join(missing[:6])}"
-            f"{' …' if len(missing) > 6 else ''}; it covers {available} stage(s) — "
+        fix = (
             "lower --stages or use a fuller profile"
+            if profile is not None
+            else "map the stage types to elements it holds with --type TYPE=NAME, or lower --stages"
+        )
+        raise UserError(
+            f"{source} has no cells of {', '.join(missing[:6])}"
+            f"{' …' if len(missing) > 6 else ''}; it holds {', '.join(sorted(names)[:8])}"
+            f"{' …' if len(names) > 8 else ''} — {fix}"
         )
     assert lib_path is not None
     if profile is not None:
@@ -178,6 +215,7 @@ def pipeline(
         schedule=schedule,
         libraries=[rel_lib],
         deadline=deadline,
+        type_of=type_of,
         gpus=gpus,
         name=output.stem,
     )
@@ -213,13 +251,41 @@ def pipeline(
     )
 
 
-def _available_stages(sigs: list, source: str, from_profile: bool) -> int:  # type: ignore[type-arg]
+def _type_map(items: tuple[str, ...]) -> dict[str, str]:
+    """``--type TYPE=NAME`` pairs: a stage type (``stage1.forward``) or a kind
+    (``forward``: every stage's) → a library element name."""
+    mapping: dict[str, str] = {}
+    for item in items:
+        key, sep, name = item.partition("=")
+        key, name = key.strip(), name.strip()
+        kind = key.rpartition(".")[2]
+        valid_key = key in ("forward", "backward") or (
+            key.startswith("stage") and kind in ("forward", "backward")
+            and key[5 : -len(kind) - 1].isdigit()
+        )  # fmt: skip
+        if not sep or not name or not valid_key:
+            raise UserError(
+                f"--type {item!r}: write TYPE=NAME with TYPE forward, backward or "
+                "stage<S>.forward / stage<S>.backward, e.g. --type forward=gemm_fwd"
+            )
+        if key in mapping:
+            raise UserError(f"--type {key}: given twice")
+        mapping[key] = name
+    return mapping
+
+
+def _available_stages(
+    sigs: list,  # type: ignore[type-arg]
+    source: str,
+    from_profile: bool,
+    type_of: Callable[[int, str], str] = default_type,
+) -> int:
     """The stages a profile (max stage index + 1) or a library (leading stages with both
     a forward and a backward) covers. A profile's stage index is refused above
     ``MAX_STAGES`` before any per-stage list is made: a row of stage 100000000 would
     otherwise have eopt loop over a hundred million stages."""
     if not from_profile:
-        return _stages_in(sigs)
+        return _stages_in(sigs, type_of)
     highest = max((int(s.workload.get("stage", 0)) for s in sigs), default=0)
     if highest >= MAX_STAGES:
         raise UserError(
@@ -229,10 +295,13 @@ def _available_stages(sigs: list, source: str, from_profile: bool) -> int:  # ty
     return highest + 1
 
 
-def _stages_in(sigs: list) -> int:  # type: ignore[type-arg]
-    """Number of leading stages that have both a forward and a backward type."""
+def _stages_in(sigs: list, type_of: Callable[[int, str], str] = default_type) -> int:  # type: ignore[type-arg]
+    """Number of leading stages that have both a forward and a backward type; a mapping
+    that gives every stage the same elements covers any number (the limit stands)."""
     names = {s.name for s in sigs}
     count = 0
-    while default_type(count, "forward") in names and default_type(count, "backward") in names:
+    while type_of(count, "forward") in names and type_of(count, "backward") in names:
         count += 1
+        if count >= MAX_STAGES:
+            break
     return count

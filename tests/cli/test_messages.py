@@ -67,3 +67,24 @@ def test_a_frontier_without_variances_says_so(tmp_path, capsys):
     rows = [line for line in out.splitlines() if "│" in line and "J" not in line]
     assert any("no variance measured" in r and "│ a " in r for r in rows), out
     assert any("…" in r and "│ b " in r for r in rows), out
+
+
+def test_plan_pipeline_takes_a_plain_sweep_library_with_a_type_map(tmp_path, capsys):
+    lib = tmp_path / "gemm.jsonl"
+    code, _, err = _run(
+        ["sweep", "sim:gemm", "--clocks", "1410,1005", "-q", "-o", str(lib)], capsys
+    )
+    assert code == 0, err
+    plan = ["plan", "pipeline", "--library", str(lib), "-M", "4", "--idle-power", "60W"]
+    code, _, err = _run([*plan, "-o", str(tmp_path / "p.yaml")], capsys)
+    assert code == 1 and "holds gemm" in err and "--type forward=NAME" in err
+    assert "lower --stages" not in err
+    mapped = [*plan, "-S", "2", "--type", "forward=gemm", "--type", "backward=gemm"]
+    code, _, err = _run([*mapped, "-o", str(tmp_path / "p.yaml")], capsys)
+    assert code == 0, err
+    text = (tmp_path / "p.yaml").read_text()
+    assert text.count("type: gemm") == 16  # 2 stages × 4 microbatches × (F, B)
+    code, _, err = _run([*mapped[:-1], "backward=nope", "-o", str(tmp_path / "q.yaml")], capsys)
+    assert code == 1 and "no cells of nope" in err and "--type TYPE=NAME" in err
+    code, _, err = _run([*plan, "--type", "sideways=gemm", "-o", str(tmp_path / "r.yaml")], capsys)
+    assert code == 1 and "--type 'sideways=gemm'" in err
