@@ -373,7 +373,7 @@ def test_cli_confidence_writes_the_block_and_prints_the_premium(tmp_path: Path) 
 @pytest.mark.parametrize(
     ("extra", "expected"),
     [
-        (["--confidence", "100%"], "probability in (0, 1)"),
+        (["--confidence", "100%"], "--confidence: a probability strictly between 0 and 1"),
         (["--confidence", "95%", "--frontier"], "--confidence"),
     ],
 )
