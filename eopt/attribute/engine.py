@@ -1,22 +1,28 @@
 """Charge a trace's energy to its events: inclusive, exclusive, outside, per power series.
 
 The one attribution engine of eopt: every trace, whatever its source, goes through
-:func:`attribute`.
+:func:`attribute` — a recorded trace folder (``eopt attribute``), a power CSV, and the
+regions of ``eopt measure`` (:func:`eopt.measure.regions.attribute_regions` turns the
+meter's readings and the region calls into a trace and attributes it here).
 
 Integration:
     Each power series (one per (domain, device)) is integrated on its own with the
     trapezoid rule over its samples, with the power interpolated linearly at every event
-    edge. The energy of ``[a, b]`` is exactly the area under the piecewise-linear power
-    curve through the samples.
+    edge (:class:`eopt.attribute.integral.EnergyCurve`, the one power integrator). The
+    energy of ``[a, b]`` is exactly the area under the piecewise-linear power curve
+    through the samples.
 
-Sharing rule:
+Sharing rule (the one overlap rule of eopt):
     At each instant, the *leaves* are the active events with no active child. The power
     at that instant is split equally among the leaves. An event's exclusive energy is what
     it receives as a leaf; its inclusive energy is what it and its descendants receive.
     So nested events are charged once (inclusive = exclusive + the children's inclusive),
-    events that overlap without nesting (two streams, two threads) share the overlap, and
-    conservation holds exactly: the exclusive energies plus the energy outside every event
-    equal the total.
+    events that overlap without nesting (two streams, two threads, two processes) share
+    the overlap, and conservation holds exactly: the exclusive energies plus the energy
+    outside every event equal the total. This is the rule of energy-dashboard-for-kokkos.
+    Nesting is what the events' ``parent_id`` says, never inferred here: an event of one
+    thread that happens to lie inside another thread's event in time is its sibling, not
+    its child, when the trace says so.
 
 Missing data:
     A call that reaches outside a series' samples has unknown energy (None, never 0), and
@@ -34,6 +40,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from eopt.attribute.integral import EnergyCurve
 from eopt.model.trace import Event, PowerSeries, Trace, TraceError
 
 __all__ = [
@@ -60,30 +67,11 @@ GAP_FACTOR = 5.0
 EdgeRule = Literal["interpolate", "inside"]
 
 
-class _Integral:
-    """Cumulative energy of one series as a function of time (s from the trace origin)."""
-
-    def __init__(self, series: PowerSeries, origin_ns: int) -> None:
-        self.t = (series.times_ns - origin_ns).astype(np.float64) * 1e-9
-        self.p = series.power_w.astype(np.float64)
-        area = 0.5 * (self.p[1:] + self.p[:-1]) * np.diff(self.t)
-        self.cum = np.concatenate([[0.0], np.cumsum(area)])
-        self.first, self.last = float(self.t[0]), float(self.t[-1])
-
-    def at(self, x: np.ndarray) -> np.ndarray:
-        """Energy from the first sample to each time in ``x`` (clipped to the samples), J."""
-        x = np.clip(np.asarray(x, dtype=np.float64), self.first, self.last)
-        i = np.clip(np.searchsorted(self.t, x, side="right") - 1, 0, self.t.size - 2)
-        t0, t1 = self.t[i], self.t[i + 1]
-        p0, p1 = self.p[i], self.p[i + 1]
-        px = p0 + (p1 - p0) * (x - t0) / (t1 - t0)
-        return self.cum[i] + 0.5 * (x - t0) * (p0 + px)
-
-    def inside(self, a: float, b: float) -> float:
-        """Trapezoids of the sample intervals wholly inside ``[a, b]``, J."""
-        i = int(np.searchsorted(self.t, a, side="left"))
-        j = int(np.searchsorted(self.t, b, side="right")) - 1
-        return float(self.cum[j] - self.cum[i]) if j > i else 0.0
+def _curve(series: PowerSeries, origin_ns: int) -> EnergyCurve:
+    """One series' cumulative energy, times in s from ``origin_ns``."""
+    return EnergyCurve.from_power(
+        (series.times_ns - origin_ns).astype(np.float64) * 1e-9, series.power_w
+    )
 
 
 def window_energy(
@@ -100,12 +88,11 @@ def window_energy(
     first, last = series.span_ns
     if start_ns < first or end_ns > last:
         return None
-    integral = _Integral(series, first)
+    curve = _curve(series, first)
     a, b = (start_ns - first) * 1e-9, (end_ns - first) * 1e-9
     if edges == "inside":
-        return integral.inside(a, b)
-    ea, eb = integral.at(np.array([a, b]))
-    return float(eb - ea)
+        return curve.inside(a, b)
+    return curve.between(a, b)
 
 
 @dataclass(frozen=True)
@@ -356,7 +343,7 @@ def attribute(trace: Trace, *, domain: str | None = None) -> Attribution:
             "with the run, or pass a power CSV)"
         )
     origin = trace.start_ns
-    integrals = [_Integral(s, origin) for s in series]
+    integrals = [_curve(s, origin) for s in series]
     labels = [s.label for s in series]
     events = list(trace.events)
     n_ev, n_s = len(events), len(series)

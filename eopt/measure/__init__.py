@@ -10,7 +10,9 @@ program stays cheap (no NumPy or SciPy import)::
 
 The rest: :class:`~eopt.measure.meter.Meter` (energy counter or power sampler),
 :func:`~eopt.runs.repeat.measure_signature` (one (κ, ω) cell → ``Signature``),
-:func:`~eopt.measure.command.measure_command` (``eopt measure -- CMD``) and
+:func:`~eopt.measure.command.measure_command` (``eopt measure -- CMD``, its regions
+charged by the one attribution engine through
+:func:`~eopt.measure.regions.attribute_regions`) and
 :mod:`~eopt.runs.stats` (bootstrap, drift, state changes) and
 :func:`~eopt.measure.sensor_period.estimate_power_update_period` (how often a power
 reading refreshes).

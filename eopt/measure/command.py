@@ -2,12 +2,15 @@
 
 The command runs as a child process with ``EOPT_REGIONS_FILE`` set (see
 :mod:`eopt.measure.regions`); the meter watches the GPU on the wall clock meanwhile, and the
-child's region windows are charged from the meter's trace afterwards.
+child's region windows are charged from the meter's trace afterwards, by the one
+attribution engine (:func:`eopt.measure.regions.attribute_regions`): regions that overlap
+without nesting share the overlap, as in ``eopt attribute``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import subprocess
 import tempfile
@@ -37,6 +40,15 @@ __all__ = [
     "measure_regions",
     "require_wall_clock",
 ]
+
+
+#: What the power series of a trace written by ``eopt measure`` is (its metadata says so).
+SERIES_NOTE = (
+    "the meter's energies as power samples: knots at every counter reading or sensor "
+    "refresh and every region edge, whose trapezoid is the meter's energy between any two "
+    "knots, with a knot mid-interval that keeps each interval's energy (the power between "
+    "knots is not a reading)"
+)
 
 
 class MeasureError(RuntimeError):
@@ -76,15 +88,18 @@ class CommandMeasurement:
         }
 
     def to_trace(self) -> Trace:
-        """The run as a trace (power series + region events), times in ns since the epoch.
+        """The run as a trace, times in ns since the epoch: what the report's energies
+        were attributed from, so ``eopt attribute`` on it gives the same numbers.
 
-        Region nesting is taken from time containment, which is what the regions' paths
-        record for one process.
+        The events are the region calls nested as their paths say (per process and
+        thread); the power series is the meter's energies as power samples
+        (:meth:`eopt.measure.meter.Meter.attribution_series`: the energy counter's, on
+        the counter path), not the sensor readings of ``samples``, which are for showing.
+        A report without its trace (built by hand) gives the readings and nests the
+        regions by time.
         """
         rep = self.report
         origin = self.start_unix_ns
-        series = (PowerSeries.from_seconds("GPU", self.gpu, rep.samples, origin),)
-        events = region_events(((e.name, e.start_s, e.end_s) for e in rep.events), origin)
         meta = {
             "command": list(self.command),
             "returncode": self.returncode,
@@ -93,7 +108,23 @@ class CommandMeasurement:
             "meter": dict(rep.meter),
             "recorded_by": "eopt measure",
         }
-        return Trace(tuple(events), series, meta, " ".join(self.command))
+        if rep.trace is None:
+            series = (PowerSeries.from_seconds("GPU", self.gpu, rep.samples, origin),)
+            events = region_events(((e.name, e.start_s, e.end_s) for e in rep.events), origin)
+            return Trace(tuple(events), series, meta, " ".join(self.command))
+        meta["power_series"] = SERIES_NOTE
+        return Trace(
+            tuple(
+                dataclasses.replace(e, start_ns=e.start_ns + origin, end_ns=e.end_ns + origin)
+                for e in rep.trace.events
+            ),
+            tuple(
+                PowerSeries(s.domain, self.gpu, s.times_ns + origin, s.power_w, s.where)
+                for s in rep.trace.series
+            ),
+            meta,
+            " ".join(self.command),
+        )
 
 
 def require_wall_clock(device: Device, what: str) -> None:

@@ -1,14 +1,23 @@
 """Energy over a time window from a power sensor's readings or an energy counter.
 
 Both traces are pure data: the meter (:mod:`eopt.measure.meter`) fills them from a device,
-and a region's energy is read off them afterwards for any window they cover.
+and a region's energy is read off them afterwards for any window they cover. The
+integration itself is the one power integrator of eopt,
+:class:`eopt.attribute.integral.EnergyCurve` (energy counters and interval means:
+constant power between knots; point readings: the trapezoid rule); what is here is what
+a sensor's readings mean (when a refresh happened, what an edge between refreshes sees).
 """
 
 from __future__ import annotations
 
 import bisect
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
+
+from eopt.attribute.integral import EnergyCurve
 
 __all__ = ["CounterTrace", "SensorTrace", "TraceCoverageError", "WindowIntegral"]
 
@@ -45,6 +54,15 @@ class CounterTrace:
         self._t: list[float] = []
         self._e: list[float] = []
         self._lock = threading.Lock()
+        self._curve_cache: EnergyCurve | None = None
+
+    def _curve(self) -> EnergyCurve:
+        """The readings as an energy curve (caller holds the lock); rebuilt only when
+        readings were added, so many windows read after a run cost one build."""
+        curve = self._curve_cache
+        if curve is None or curve.t.size != len(self._t):
+            curve = self._curve_cache = EnergyCurve.from_energy(self._t, self._e)
+        return curve
 
     def append(self, time_s: float, energy_j: float) -> None:
         """Add one reading; readings that do not advance in time are ignored."""
@@ -75,13 +93,13 @@ class CounterTrace:
         with self._lock:
             return list(self._t), list(self._e)
 
-    def _at(self, time_s: float) -> float:
-        i = bisect.bisect_right(self._t, time_s) - 1
-        if i >= 0 and self._t[i] == time_s:
-            return self._e[i]
-        i = min(max(i, 0), len(self._t) - 2)
-        t0, t1 = self._t[i], self._t[i + 1]
-        return self._e[i] + (time_s - t0) / (t1 - t0) * (self._e[i + 1] - self._e[i])
+    def cumulative(self, times_s: Sequence[float] | np.ndarray) -> np.ndarray:
+        """The counter at each time (interpolated at constant power between readings;
+        clipped to the readings), in J."""
+        with self._lock:
+            if not self._t:
+                raise TraceCoverageError("the energy counter was never read")
+            return self._curve().at(times_s)
 
     def integrate(self, start_s: float, end_s: float) -> WindowIntegral:
         """Energy over ``[start_s, end_s]``.
@@ -102,7 +120,7 @@ class CounterTrace:
             if len(self._t) == 1:
                 return WindowIntegral(0.0, 0, 0.0)
             inside = bisect.bisect_right(self._t, end_s) - bisect.bisect_right(self._t, start_s)
-            return WindowIntegral(self._at(end_s) - self._at(start_s), inside, 0.0)
+            return WindowIntegral(self._curve().between(start_s, end_s), inside, 0.0)
 
     def edge_error_j(self, time_s: float) -> float:
         """How far the interpolated energy at ``time_s`` may be off, in J.
@@ -162,7 +180,7 @@ class SensorTrace:
         self._last_value: float | None = None
         self._u: list[float] = []  # refresh instants
         self._r: list[float] = []  # readings
-        self._cum: list[float] = []  # energy from u_0 to u_k, in J
+        self._curve_cache: EnergyCurve | None = None
         self.fields: dict[str, int] = {}
         self._lock = threading.Lock()
 
@@ -191,14 +209,20 @@ class SensorTrace:
             self._raw_last = time_s
 
     def _push(self, u: float, r: float) -> None:
-        if not self._u:
-            self._cum.append(0.0)
-        elif self.kind == "interval_mean":
-            self._cum.append(self._cum[-1] + r * (u - self._u[-1]))
-        else:
-            self._cum.append(self._cum[-1] + 0.5 * (r + self._r[-1]) * (u - self._u[-1]))
         self._u.append(u)
         self._r.append(r)
+
+    def _curve(self) -> EnergyCurve:
+        """The refreshes as an energy curve (caller holds the lock): interval means are
+        constant over the interval each closes, point readings linear between refreshes.
+        Rebuilt only when refreshes were added."""
+        curve = self._curve_cache
+        if curve is None or curve.t.size != len(self._u):
+            build = (
+                EnergyCurve.from_means if self.kind == "interval_mean" else EnergyCurve.from_power
+            )
+            curve = self._curve_cache = build(self._u, self._r)
+        return curve
 
     def __len__(self) -> int:
         return len(self._u)
@@ -237,7 +261,7 @@ class SensorTrace:
 
     # integration -------------------------------------------------------------------------
     def _interval_mean_window(self, a: float, b: float) -> float:
-        u, r, cum = self._u, self._r, self._cum
+        u, r, cum = self._u, self._r, self._curve().cum
         n = len(u)
         i = bisect.bisect_left(u, a)  # first refresh at or after a
         j = bisect.bisect_right(u, b) - 1  # last refresh at or before b
@@ -278,7 +302,7 @@ class SensorTrace:
         return self._u[k1] - self._u[k0] < 1.5 * self.period_s
 
     def _point_window(self, a: float, b: float) -> float:
-        u, r, cum = self._u, self._r, self._cum
+        u, r, cum = self._u, self._r, self._curve().cum
         n = len(u)
         # A refresh exactly at the start edge read the power just before the window.
         i = bisect.bisect_right(u, a)
@@ -287,6 +311,50 @@ class SensorTrace:
             k = i if i < n else n - 1
             return r[k] * (b - a)
         return cum[j] - cum[i] + r[i] * (u[i] - a) + r[j] * (b - u[j])
+
+    def stepped_curve(
+        self,
+        starts: Sequence[float] | np.ndarray,
+        ends: Sequence[float] | np.ndarray,
+        until_s: float,
+    ) -> EnergyCurve:
+        """The energy curve with the load stepping at the given window edges.
+
+        :meth:`integrate` assumes the load steps at the edges of the one window it is
+        asked about. This is the same assumption for many windows at once, as one curve:
+        over any single window whose edges are among ``starts`` and ``ends`` and share no
+        refresh interval with other edges, the curve's energy is what :meth:`integrate`
+        gives; where several edges share an interval, the first one (point readings) or
+        the outermost ones (interval means) step, and the energy of each refresh interval
+        is kept. Beyond the last refresh the last reading holds, up to ``until_s``.
+
+        Args:
+            starts: Window starts, on the trace's clock, in s.
+            ends: Window ends, in s.
+            until_s: How far the curve must reach, in s.
+
+        Raises:
+            TraceCoverageError: when the sensor never refreshed.
+        """
+        with self._lock:
+            u = np.asarray(self._u, dtype=np.float64)
+            r = np.asarray(self._r, dtype=np.float64)
+        if not u.size:
+            raise TraceCoverageError("the power sensor was never read")
+        starts = np.asarray(starts, dtype=np.float64)
+        ends = np.asarray(ends, dtype=np.float64)
+        edges = np.unique(np.concatenate([starts, ends]))
+        if self.kind == "point":
+            t, p = _point_steps(u, r, edges)
+            if until_s > t[-1]:
+                t, p = np.append(t, until_s), np.append(p, r[-1])
+            return EnergyCurve.from_power(t, p)
+        t, m = _mean_steps(
+            u, r, edges, np.isin(edges, starts), np.isin(edges, ends), 1.5 * self.period_s
+        )
+        if until_s > t[-1]:
+            t, m = np.append(t, until_s), np.append(m, r[-1])
+        return EnergyCurve.from_means(t, m)
 
     def integrate(self, start_s: float, end_s: float) -> WindowIntegral:
         """Energy over ``[start_s, end_s]``.
@@ -304,9 +372,9 @@ class SensorTrace:
             )
         with self._lock:
             if self.kind == "interval_mean":
-                energy = self._interval_mean_window(start_s, end_s)
+                energy = float(self._interval_mean_window(start_s, end_s))
             else:
-                energy = self._point_window(start_s, end_s)
+                energy = float(self._point_window(start_s, end_s))
             # Refreshes that saw the window: strictly after its start for a point reading
             # (one at the start edge read the power before it).
             first = (bisect.bisect_right if self.kind == "point" else bisect.bisect_left)(
@@ -314,3 +382,80 @@ class SensorTrace:
             )
             inside = bisect.bisect_right(self._u, end_s) - first
         return WindowIntegral(energy_j=energy, n_samples=inside, edge_jump_w=0.0)
+
+
+def _point_steps(u: np.ndarray, r: np.ndarray, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Point readings with a step at the first edge of each refresh interval.
+
+    In ``[u_k, u_{k+1})`` holding an edge, the power is ``r_k`` up to the first edge and
+    ``r_{k+1}`` after it (an edge at ``u_k`` itself counts in the interval it opens, as a
+    refresh at a window's start read the power before it). Returns power samples, two at
+    each step.
+    """
+    k = np.searchsorted(u, edges, side="right") - 1
+    held = (k >= 0) & (k <= u.size - 2)
+    ks, first = np.unique(k[held], return_index=True)
+    step = edges[held][first]
+    t = np.concatenate([u, step, step])
+    p = np.concatenate([r, r[ks], r[ks + 1]])
+    # At one instant: the refresh, then the power before the step, then after it.
+    rank = np.concatenate([np.zeros(u.size), np.ones(ks.size), np.full(ks.size, 2.0)])
+    order = np.lexsort((rank, t))
+    return t[order], p[order]
+
+
+def _mean_steps(
+    u: np.ndarray,
+    r: np.ndarray,
+    edges: np.ndarray,
+    is_start: np.ndarray,
+    is_end: np.ndarray,
+    single_s: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Interval means with the outside of the outermost edges at the neighbours' means.
+
+    In ``(u_{k-1}, u_k]`` (mean ``r_k``, one refresh interval: shorter than ``single_s``)
+    holding edges strictly inside, the part before a first edge that opens a window is
+    charged at the previous interval's mean (``r_k`` for the first interval), the part
+    after a last edge that closes one at the next interval's mean (``r_k`` for the last),
+    and the rest at the constant power that keeps the interval's energy ``r_k·Δ``; when
+    the neighbours' means leave nothing (or no room) for the rest, their pieces are scaled
+    to that energy. Returns knot times and the mean power over the interval each closes.
+    """
+    n = u.size
+    k = np.searchsorted(u, edges, side="left")
+    within = (k >= 1) & (k <= n - 1)
+    within[within] = edges[within] < u[k[within]]
+    k, e, opens, closes = k[within], edges[within], is_start[within], is_end[within]
+    if not k.size:
+        return u, r
+    ks, first = np.unique(k, return_index=True)
+    last = np.append(first[1:], k.size) - 1
+    lo, hi = u[ks - 1], u[ks]
+    single = (hi - lo) < single_s
+    left = opens[first] & single
+    right = closes[last] & single
+    mean = r[ks]
+    energy = mean * (hi - lo)
+    before = np.where(ks >= 2, r[np.maximum(ks - 1, 0)], mean)
+    after = np.where(ks + 1 <= n - 1, r[np.minimum(ks + 1, n - 1)], mean)
+    m0 = np.where(left, e[first], lo)
+    m1 = np.where(right, e[last], hi)
+    pieces = before * (m0 - lo) + after * (hi - m1)
+    rest = energy - pieces
+    squeezed = (rest < 0) | (m1 <= m0)
+    scale = np.where(squeezed & (pieces > 0), energy / np.where(pieces > 0, pieces, 1.0), 1.0)
+    flat = squeezed & ~(pieces > 0)  # no room and nothing to scale: spread it evenly
+    before = np.where(flat, mean, before * scale)
+    after = np.where(flat, mean, after * scale)
+    middle = np.where(squeezed, 0.0, np.maximum(rest, 0.0) / np.where(m1 > m0, m1 - m0, 1.0))
+    # An interval whose edges change nothing (merged readings, or no edge facing out)
+    # keeps its own mean exactly.
+    middle = np.where(left | right, middle, mean)
+    means = r.copy()
+    means[ks] = np.where(right, after, middle)
+    inner = right & ~(left & (m1 <= m0))  # the middle's end, when it has one
+    t = np.concatenate([u, m0[left], m1[inner]])
+    m = np.concatenate([means, before[left], middle[inner]])
+    order = np.argsort(t, kind="stable")
+    return t[order], m[order]

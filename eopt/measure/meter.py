@@ -8,6 +8,8 @@ never saw) can still be charged. The sampler path polls the power sensor on the 
 schedule, never on the kernels' (the note in ``reference/kokkos-energy-note.txt`` explains
 why), and integrates the trace with the trapezoidal rule. The counter path also reads the
 power sensor once a sensor period, so a run's power trace can be shown (never integrated).
+For the attribution engine, :meth:`Meter.attribution_series` turns either trace into
+power samples whose trapezoid is the meter's own energy at every window edge.
 
 The counter itself moves in steps (NVML's every few tens of ms; the device's
 ``energy_counter_period_s``): a reading at a mark is the value of the last step, so each
@@ -32,12 +34,16 @@ import bisect
 import math
 import statistics
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal
 
+import numpy as np
+
 from eopt.devices.base import Device, DeviceError, SensorReadError, Timer
 from eopt.measure.integrate import CounterTrace, SensorTrace
+from eopt.measure.rapl import conservative_power
 
 __all__ = [
     "DEFAULT_SENSOR_PERIOD_S",
@@ -455,6 +461,14 @@ class Meter:
             self.clock.sleep(step)
             waited += step
 
+    def _await_readings(self, end_s: float) -> None:
+        """Wait until the trace holds what a window ending at ``end_s`` needs."""
+        if self.method == "sampler" and self.running:
+            # Two more sensor periods let the integration see the refresh after the edge.
+            self.wait_until_covered(end_s + 2 * self.sensor_period_s)
+        else:
+            self.wait_until_covered(end_s)
+
     def energy(self, start_s: float, end_s: float) -> WindowEnergy:
         """Energy over ``[start_s, end_s]`` (times from :meth:`mark` or the same clock).
 
@@ -466,11 +480,7 @@ class Meter:
         """
         self.check()
         duration = end_s - start_s
-        if self.method == "sampler" and self.running:
-            # Two more sensor periods let the integration see the refresh after the edge.
-            self.wait_until_covered(end_s + 2 * self.sensor_period_s)
-        else:
-            self.wait_until_covered(end_s)
+        self._await_readings(end_s)
         resolution = max(self.sensor_period_s, self.averaging_s)
         if self.method == "counter" and self.counter_period_s > 0:
             resolution = self.counter_period_s
@@ -568,6 +578,99 @@ class Meter:
         reach = 2 * self.sensor_period_s
         powers.extend(p for s, p in self._display_power if abs(s - t) <= reach)
         return max(powers)
+
+    def attribution_series(
+        self,
+        start_s: float,
+        end_s: float,
+        starts: Sequence[float] = (),
+        ends: Sequence[float] = (),
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Power samples over a span that carry the meter's energies to the attribution
+        engine (:mod:`eopt.attribute.engine`, which integrates with the trapezoid rule).
+
+        The samples' cumulative energy equals the meter's at every knot: every counter
+        reading or sensor refresh in the span, every window edge in ``starts`` and
+        ``ends``, and the span's two ends. Counter path: the counter, interpolated at
+        constant power between readings, as :meth:`energy` reads it, so any window between
+        two knots gets exactly :meth:`energy`'s value. Sampler path: the sensor's
+        refreshes with the load stepping at the edges
+        (:meth:`~eopt.measure.integrate.SensorTrace.stepped_curve`), which is
+        :meth:`energy`'s value for a window whose edges share no refresh interval with
+        other edges. Between knots the power is the conservative piecewise-linear curve of
+        :func:`eopt.measure.rapl.conservative_power` (a knot at each interval's midpoint
+        keeps the interval's energy exact; constant power stays flat). This is a power
+        trace for integrating; :meth:`power_samples` is the one for showing.
+
+        Knots closer than 2 ns merge (window edges win over readings), so an edge may
+        move by a nanosecond.
+
+        Args:
+            start_s: Start of the span, on the device's clock, in s.
+            end_s: End of the span (at least 2 ns after the start), in s.
+            starts: Window starts inside the span, in s.
+            ends: Window ends inside the span, in s.
+
+        Returns:
+            (times in ns from ``start_s``, as ``round((t - start_s) * 1e9)``, int64;
+            power in W).
+
+        Raises:
+            MeterError: when the trace does not cover the span, or the polling failed.
+        """
+        self.check()
+        self._await_readings(end_s)
+        end_ns = round((end_s - start_s) * 1e9)
+        if end_ns < 2:
+            raise MeterError(f"the span [{start_s:.9g}, {end_s:.9g}] s is shorter than 2 ns")
+        edge_s = np.concatenate([np.asarray(starts, float), np.asarray(ends, float)])
+        edge_s.sort()
+        edge_ns = np.rint((edge_s - start_s) * 1e9).astype(np.int64)
+        inner = (edge_ns >= 2) & (edge_ns <= end_ns - 2)
+        edge_s, edge_ns = edge_s[inner], edge_ns[inner]
+        if edge_ns.size:
+            keep = np.append(True, np.diff(edge_ns) >= 2)
+            edge_s, edge_ns = edge_s[keep], edge_ns[keep]
+        edge_s = np.concatenate([[start_s], edge_s, [end_s]])
+        edge_ns = np.concatenate([[0], edge_ns, [end_ns]])
+        if self.method == "counter":
+            if not self.counter_trace.covers(start_s, end_s):
+                raise MeterError(
+                    f"the energy counter was not read before t={start_s:.6g} s; "
+                    "start the meter before the span opens"
+                )
+            reading_s = np.asarray(self.counter_trace.readings()[0])
+            cumulative = self.counter_trace.cumulative
+        else:
+            trace = self.power_trace
+            if trace is None or not trace.covers(start_s, end_s):
+                raise MeterError(
+                    f"power was not sampled before t={start_s:.6g} s; "
+                    "start the meter before the span opens"
+                )
+            reading_s = np.asarray(trace.refreshes()[0])
+            cumulative = trace.stepped_curve(
+                np.append(np.asarray(starts, float), start_s),
+                np.append(np.asarray(ends, float), end_s),
+                end_s,
+            ).at
+        reading_s = reading_s[(reading_s > start_s) & (reading_s < end_s)]
+        reading_ns = np.rint((reading_s - start_s) * 1e9).astype(np.int64)
+        # A reading within 2 ns of an edge gives way to the edge (the edges carry windows).
+        at = np.searchsorted(edge_ns, reading_ns)
+        gap = np.minimum(
+            np.abs(reading_ns - edge_ns[np.maximum(at - 1, 0)]),
+            np.abs(edge_ns[np.minimum(at, edge_ns.size - 1)] - reading_ns),
+        )
+        reading_s, reading_ns = reading_s[gap >= 2], reading_ns[gap >= 2]
+        if reading_ns.size:
+            keep = np.append(True, np.diff(reading_ns) >= 2)
+            reading_s, reading_ns = reading_s[keep], reading_ns[keep]
+        knot_s = np.concatenate([edge_s, reading_s])
+        knot_ns = np.concatenate([edge_ns, reading_ns])
+        order = np.argsort(knot_ns, kind="stable")
+        knot_s, knot_ns = knot_s[order], knot_ns[order]
+        return conservative_power(knot_ns, cumulative(knot_s))
 
     def power_samples(
         self, start_s: float, end_s: float, *, edges: bool = False

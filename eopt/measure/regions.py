@@ -17,11 +17,19 @@ trace (:func:`attribute_regions`), so regions are cheap and can nest freely.
 ``EOPT_REGIONS_FILE`` names a file, every region that closes appends one JSON line to it::
 
     {"schema": "eopt.region/1", "name": "forward", "path": ["step", "forward"],
-     "start_s": 1234.5, "end_s": 1234.9, "pid": 4242, "clock": "perf_counter"}
+     "start_s": 1234.5, "end_s": 1234.9, "pid": 4242, "tid": 4243, "clock": "perf_counter"}
 
 Times are ``time.perf_counter()`` seconds, the system-wide monotonic clock on Linux, so
-the measuring process can place them on its own power trace. Any program (not only Python)
-can write such lines itself.
+the measuring process can place them on its own power trace. ``pid`` and ``tid`` (the
+native thread id; optional, as ``pid``) say which thread's stack ``path`` is: a region's
+parent is the enclosing call of ``path[:-1]`` in the same thread. Any program (not only
+Python) can write such lines itself.
+
+**Energy** is charged by the one attribution engine (:mod:`eopt.attribute.engine`, the
+rule of ``eopt attribute``): the power at each instant is split equally among the region
+calls running then that have no running child, so nested regions are charged once and
+regions that overlap without nesting (two threads, two processes) share the overlap;
+the regions' exclusive energies plus the energy outside every region are the total.
 
 **Outside** ``eopt measure`` (no ``$EOPT_REGIONS_FILE``) and outside
 :func:`eopt.measure.command.measure_regions`, nobody charges regions any energy: they are
@@ -32,18 +40,22 @@ process (:class:`UnmeasuredRegionWarning`); measure a block in-process with
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import json
 import os
 import threading
 import warnings
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from eopt.devices.base import Clock, WallClock
+
+if TYPE_CHECKING:
+    from eopt.model.trace import Trace
 
 __all__ = [
     "REGIONS_FILE_ENV",
@@ -64,6 +76,8 @@ __all__ = [
 #: Environment variable naming the JSON-lines file a child process reports regions to.
 REGIONS_FILE_ENV = "EOPT_REGIONS_FILE"
 REGION_SCHEMA = "eopt.region/1"
+#: Decimals of the watts a trace folder's power_samples.csv keeps.
+TRACE_POWER_DECIMALS = 6
 
 
 class RegionError(ValueError):
@@ -85,6 +99,7 @@ class RegionWindow:
         start_s: Start on the recorder's clock, in s.
         end_s: End on the recorder's clock, in s.
         pid: The process that recorded it.
+        tid: The thread that recorded it (its native id; 0 when unknown).
     """
 
     name: str
@@ -92,6 +107,7 @@ class RegionWindow:
     start_s: float
     end_s: float
     pid: int = 0
+    tid: int = 0
 
     @property
     def key(self) -> str:
@@ -117,6 +133,7 @@ class RegionWindow:
             "start_s": self.start_s,
             "end_s": self.end_s,
             "pid": self.pid,
+            "tid": self.tid,
             "clock": "perf_counter",
         }
 
@@ -192,7 +209,8 @@ class RegionRecorder:
             )
         path = tuple(n for n, _ in stack)
         _, start = stack.pop()
-        window = RegionWindow(name, path, start, end, os.getpid())  # a forked child too
+        # The pid of a forked child too; the thread, so threads' stacks stay apart.
+        window = RegionWindow(name, path, start, end, os.getpid(), threading.get_native_id())
         with self._lock:
             self.windows.append(window)
             if self._sink_path is not None:
@@ -364,7 +382,11 @@ def _window_from_dict(data: Any, where: str) -> RegionWindow:
         raise RegionError(f"{where}: path must be a list of region names")
     if end < start:
         raise RegionError(f"{where}: region {name!r} ends ({end}) before it starts ({start})")
-    return RegionWindow(name, tuple(path), start, end, int(data.get("pid", 0)))
+    try:
+        pid, tid = int(data.get("pid", 0)), int(data.get("tid", 0))
+    except (TypeError, ValueError):
+        raise RegionError(f"{where}: pid and tid must be integers") from None
+    return RegionWindow(name, tuple(path), start, end, pid, tid)
 
 
 # Attribution ------------------------------------------------------------------------------
@@ -377,8 +399,11 @@ class RegionStats:
         depth: Nesting depth.
         calls: Number of calls.
         time_s: Inclusive time summed over calls, in s.
-        energy_j: Inclusive energy summed over calls, in J.
-        error_j: Summed integration-error bound of the calls, in J.
+        energy_j: Inclusive energy summed over calls, in J (its calls and their nested
+            regions; the overlap with another thread's or process's region is shared, see
+            the module docstring).
+        error_j: Summed integration-error bound of the calls' windows, in J (the meter's
+            bound for the whole window, also for a call that shares part of it).
         short_calls: Calls shorter than ten sensor periods (poorly resolved).
         share: energy_j / total energy of the measured span.
     """
@@ -423,8 +448,10 @@ class RegionEvent:
         pid: The process that recorded it.
         start_s: Start, in s from the span's start (clipped to the span).
         end_s: End, in s from the span's start.
-        energy_j: Energy of this call, in J.
-        error_j: Its integration-error estimate, in J.
+        energy_j: Inclusive energy of this call, in J.
+        error_j: Its window's integration-error bound, in J.
+        id: The call's event id in the run's trace (> 0; 0 when not attributed).
+        parent_id: The enclosing call's id (0 for an outermost call).
     """
 
     name: str
@@ -435,10 +462,14 @@ class RegionEvent:
     end_s: float
     energy_j: float
     error_j: float
+    id: int = 0
+    parent_id: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready mapping (a slice in ``eopt trace --measurement``)."""
         return {
+            "id": self.id,
+            "parent_id": self.parent_id,
             "name": self.name,
             "path": self.path,
             "depth": self.depth,
@@ -462,9 +493,13 @@ class RegionReport:
         outside_time_s: Time outside every region, in s.
         meter: The meter's description (method, power field …).
         samples: (time s from the span's start, power W) points of the meter's power
-            trace; the first is at 0 (the power in force when the span opened) and the
-            last at ``total_time_s``.
+            trace, for showing; the first is at 0 (the power in force when the span
+            opened) and the last at ``total_time_s``.
         events: Every region call in time order (outer before inner at equal starts).
+        trace: What the engine attributed: the region calls as events (with their
+            nesting) and the meter's energies as a power series
+            (:meth:`eopt.measure.meter.Meter.attribution_series`), times in ns from the
+            span's start; None for an empty span. Not part of the JSON.
     """
 
     regions: tuple[RegionStats, ...]
@@ -475,6 +510,7 @@ class RegionReport:
     meter: dict[str, Any]
     samples: tuple[tuple[float, float], ...] = ()
     events: tuple[RegionEvent, ...] = ()
+    trace: Trace | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready mapping: totals, ``regions`` (per-region sums), ``samples``
@@ -513,10 +549,79 @@ def _union(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]
     return merged
 
 
+def _parents(calls: Sequence[RegionWindow]) -> list[int]:
+    """Each call's enclosing call (index into ``calls``; -1 for none).
+
+    The parent of a call with path ``(…, p, name)`` is a call of path ``(…, p)`` of the
+    same process and thread that encloses it in time (the latest-starting one, for data
+    that does not name its thread). Time containment alone would nest one thread's region
+    inside another thread's that happens to enclose it.
+    """
+    groups: dict[tuple[int, int, tuple[str, ...]], list[int]] = {}
+    for k in sorted(range(len(calls)), key=lambda k: calls[k].start_s):
+        c = calls[k]
+        groups.setdefault((c.pid, c.tid, c.path), []).append(k)
+    starts = {key: [calls[k].start_s for k in ks] for key, ks in groups.items()}
+    parents = []
+    for c in calls:
+        key = (c.pid, c.tid, c.path[:-1])
+        candidates = groups.get(key, []) if len(c.path) > 1 else []
+        found = -1
+        i = bisect.bisect_right(starts.get(key, []), c.start_s) - 1
+        while i >= 0:
+            k = candidates[i]
+            if calls[k].end_s >= c.end_s:
+                found = k
+                break
+            i -= 1
+        parents.append(found)
+    return parents
+
+
+def _region_trace(
+    calls: Sequence[RegionWindow], parents: Sequence[int], meter: Any, start_s: float, end_s: float
+) -> Trace:
+    """The calls as events (nested as ``parents`` says) and the meter's energies as their
+    power series, times in ns from ``start_s``."""
+    # Imported here: an instrumented program imports this module and needs none of them.
+    import numpy as np
+
+    from eopt.model.trace import Event, PowerSeries, Trace
+
+    times_ns, power = meter.attribution_series(
+        start_s, end_s, [c.start_s for c in calls], [c.end_s for c in calls]
+    )
+    # Rounded as a trace folder stores power (power_watts to the µW), so that
+    # `eopt attribute` on the trace a run writes finds these very numbers.
+    power = np.round(power, TRACE_POWER_DECIMALS)
+    device = int(getattr(meter.device, "index", 0) or 0)
+    series = PowerSeries("GPU", device, times_ns, power, getattr(meter.device, "name", ""))
+    events = tuple(
+        Event(
+            k + 1,
+            parents[k] + 1,
+            c.name,
+            "USER_REGION",
+            round((c.start_s - start_s) * 1e9),  # as the series' knots are placed
+            round((c.end_s - start_s) * 1e9),
+        )
+        for k, c in enumerate(calls)
+    )
+    return Trace(events, (series,), {"meter": meter.describe()}, "eopt measure")
+
+
 def attribute_regions(
     windows: Iterable[RegionWindow], meter: Any, start_s: float, end_s: float
 ) -> RegionReport:
-    """Charge each region the energy the meter saw during its calls.
+    """Charge each region its energy, by the one attribution engine.
+
+    The region calls become the events of a trace (nested as their paths say, per process
+    and thread) and the meter's readings its power series
+    (:meth:`~eopt.measure.meter.Meter.attribution_series`); :func:`eopt.attribute.engine.
+    attribute` charges them. A region that overlaps no other region gets the energy the
+    meter reports for its window (:meth:`~eopt.measure.meter.Meter.energy`, to the µW of
+    power); regions that overlap without nesting (threads, processes) share the overlap
+    equally.
 
     Args:
         windows: Closed region calls (any nesting, any processes, one clock).
@@ -526,66 +631,79 @@ def attribute_regions(
 
     Returns:
         Inclusive energy per region (nested regions are also counted in their parents),
-        and the energy of the span outside every region.
-
-    Assumptions:
-        The device's whole-board energy is attributed: regions that overlap in time
-        (threads, processes, streams) are each charged the full overlap.
+        and the energy of the span outside every region; the regions' exclusive energies
+        and the outside energy add up to the total.
     """
-    total = meter.energy(start_s, end_s)
-    groups: dict[str, list[RegionWindow]] = {}
-    clipped: list[tuple[float, float]] = []
+    from eopt.attribute.engine import attribute  # not at import: see _region_trace
+
+    span = meter.energy(start_s, end_s)  # also: the meter covers the span, or it raises
+    calls: list[RegionWindow] = []
     for w in windows:
         a, b = max(w.start_s, start_s), min(w.end_s, end_s)
         if b < a:
             continue  # entirely outside the measured span
-        groups.setdefault(w.key, []).append(RegionWindow(w.name, w.path, a, b, w.pid))
-        clipped.append((a, b))
-    stats = []
-    events = []
+        calls.append(RegionWindow(w.name, w.path, a, b, w.pid, w.tid))
+    parents = _parents(calls)
+    # The meter's own view of each call's window: its error bound and resolution.
+    window_energies = [meter.energy(c.start_s, c.end_s) for c in calls]
+    energies = [0.0] * len(calls)
+    total, outside = span.energy_j, span.energy_j
+    trace = None
+    if round((end_s - start_s) * 1e9) >= 2:  # else an empty span: nothing to share
+        trace = _region_trace(calls, parents, meter, start_s, end_s)
+        att = attribute(trace)
+        for call in att.calls:
+            energies[call.event.id - 1] = call.inclusive_energy_j or 0.0
+        total, outside = att.total_energy_j, max(0.0, att.outside_energy_j)
+    groups: dict[str, list[int]] = {}
+    for k, c in enumerate(calls):
+        groups.setdefault(c.key, []).append(k)
     # Outer regions before the regions nested in them: by first start, then depth.
-    order = sorted(groups.items(), key=lambda kv: (min(c.start_s for c in kv[1]), kv[1][0].depth))
-    for key, calls in order:
-        energies = [meter.energy(c.start_s, c.end_s) for c in calls]
-        energy = sum(e.energy_j for e in energies)
+    order = sorted(
+        groups.items(), key=lambda kv: (min(calls[k].start_s for k in kv[1]), calls[kv[1][0]].depth)
+    )
+    stats = []
+    for key, ks in order:
+        energy = sum(energies[k] for k in ks)
         stats.append(
             RegionStats(
                 key=key,
-                depth=calls[0].depth,
-                calls=len(calls),
-                time_s=sum(c.duration_s for c in calls),
+                depth=calls[ks[0]].depth,
+                calls=len(ks),
+                time_s=sum(calls[k].duration_s for k in ks),
                 energy_j=energy,
-                error_j=sum(e.error_j for e in energies),
-                short_calls=sum(1 for e in energies if e.short),
-                share=energy / total.energy_j if total.energy_j > 0 else 0.0,
+                error_j=sum(window_energies[k].error_j for k in ks),
+                short_calls=sum(1 for k in ks if window_energies[k].short),
+                share=energy / total if total > 0 else 0.0,
             )
         )
-        events.extend(
-            RegionEvent(
-                name=c.name,
-                path=key,
-                depth=c.depth,
-                pid=c.pid,
-                start_s=c.start_s - start_s,
-                end_s=c.end_s - start_s,
-                energy_j=e.energy_j,
-                error_j=e.error_j,
-            )
-            for c, e in zip(calls, energies, strict=True)
+    events = [
+        RegionEvent(
+            name=c.name,
+            path=c.key,
+            depth=c.depth,
+            pid=c.pid,
+            start_s=c.start_s - start_s,
+            end_s=c.end_s - start_s,
+            energy_j=energies[k],
+            error_j=window_energies[k].error_j,
+            id=k + 1 if trace is not None else 0,
+            parent_id=parents[k] + 1 if trace is not None else 0,
         )
+        for k, c in enumerate(calls)
+    ]
     # Outer before inner at equal starts, so trace viewers nest the slices.
     events.sort(key=lambda e: (e.start_s, e.depth))
-    union = _union(clipped)
-    inside_energy = sum(meter.energy(a, b).energy_j for a, b in union)
-    inside_time = sum(b - a for a, b in union)
+    inside_time = sum(b - a for a, b in _union((c.start_s, c.end_s) for c in calls))
     samples = meter.power_samples(start_s, end_s, edges=True)
     return RegionReport(
         regions=tuple(stats),
-        total_energy_j=total.energy_j,
-        total_time_s=total.duration_s,
-        outside_energy_j=max(0.0, total.energy_j - inside_energy),
-        outside_time_s=max(0.0, total.duration_s - inside_time),
+        total_energy_j=total,
+        total_time_s=span.duration_s,
+        outside_energy_j=outside,
+        outside_time_s=max(0.0, span.duration_s - inside_time),
         meter=meter.describe(),
         samples=tuple((t - start_s, p) for t, p in samples),
         events=tuple(events),
+        trace=trace,
     )

@@ -104,6 +104,29 @@ def test_regions_file_round_trip_and_bad_lines(tmp_path):
     assert read_region_windows(tmp_path / "missing.jsonl") == []
 
 
+def test_regions_file_says_which_thread_recorded_each_region(tmp_path):
+    path = tmp_path / "r.jsonl"
+    rec = RegionRecorder(sink=path)
+    both_open = threading.Barrier(2)
+
+    def work() -> None:
+        with rec.region("w"):
+            both_open.wait()  # two threads, two stacks: neither region is in the other's
+
+    threads = [threading.Thread(target=work) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    rec.close()
+    got = read_region_windows(path)
+    assert [w.path for w in got] == [("w",), ("w",)]
+    assert len({w.tid for w in got}) == 2 and all(w.tid > 0 for w in got)
+    path.write_text('{"name": "c", "start_s": 1.0, "end_s": 2.0, "tid": "main"}\n')
+    with pytest.raises(RegionError, match=r"r\.jsonl:1: pid and tid must be integers"):
+        read_region_windows(path)
+
+
 def test_measure_command_attributes_child_regions(tmp_path, wall_gpu):
     script = tmp_path / "child.py"
     script.write_text(
