@@ -33,6 +33,7 @@ Missing data:
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -256,8 +257,15 @@ class Attribution:
         for r in self.regions:
             if r.name == name:
                 return r
-        known = ", ".join(sorted({r.name for r in self.regions})[:12]) or "none"
-        raise KeyError(f"{self.source}: no region {name!r} in this trace (regions: {known})")
+        names = sorted({r.name for r in self.regions})
+        close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+        hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+        # The close matches first, so the right name is never cut off the list.
+        shown = close + [n for n in names if n not in close]
+        known = ", ".join(shown[:12]) + (f" … ({len(names)} in all)" if len(names) > 12 else "")
+        raise KeyError(
+            f"{self.source}: no region {name!r} in this trace{hint} (regions: {known or 'none'})"
+        )
 
     def to_dict(self, *, calls: bool = False) -> dict[str, Any]:
         """JSON-ready mapping with schema tag ``eopt.attribution/1``.

@@ -258,8 +258,8 @@ def command(
     The command runs with EOPT_REGIONS_FILE set; a Python program reports regions with
     `from eopt.measure import regions` and `with regions.region("forward"): …` (or any
     program appends eopt.region/1 JSON lines to that file). The GPU is only watched,
-    never changed. Energy is whole-board: regions that overlap in time are each charged
-    the full overlap.
+    never changed. Energy is whole-board, charged by `eopt attribute`'s rule: regions
+    that overlap in time without nesting (threads, processes) share the overlap equally.
 
     The JSON (--json, -o) holds the totals, per-region sums, the power trace
     ("samples": time_s and power_w lists, s from the start) and every region call

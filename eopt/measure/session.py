@@ -101,11 +101,14 @@ class GpuPowerSource:
         try:
             self.device.synchronize()
             end = meter.mark()
-            points = meter.power_samples(self._start, end, edges=True)
+            # The meter's energies as samples (exact at every counter reading), not the
+            # readings for display: counter deltas must not become a coarser trapezoid.
+            times_ns, power_w = meter.attribution_series(self._start, end)
         finally:
             meter.stop()
         index = int(getattr(self.device, "index", 0) or 0)
-        return [PowerSeries.from_seconds("GPU", index, points, self._offset, self.device.name)]
+        origin_ns = self._offset + round(self._start * 1e9)
+        return [PowerSeries("GPU", index, origin_ns + times_ns, power_w, self.device.name)]
 
     def describe(self) -> dict[str, Any]:
         meter = self._meter.describe() if self._meter is not None else {}

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
+from eopt.devices.backends import backend_of
 from eopt.devices.base import Device
 from eopt.measure.meter import Meter, MeterMethod, WindowEnergy
 
@@ -247,16 +248,6 @@ class Window:
         return self._closed().per_device
 
 
-def _backend_of(device: Device) -> str:
-    # By module, so that naming the backend never imports pynvml.
-    module = type(device).__module__
-    if module == "eopt.devices.nvml":
-        return "nvml"
-    if module == "eopt.sim.gpu":
-        return "sim"
-    return type(device).__name__
-
-
 def _indices(gpus: GpuSelection) -> tuple[int, ...] | None:
     """``None`` for all GPUs, else the indices, checked."""
     if isinstance(gpus, str):
@@ -326,7 +317,7 @@ class EnergyMonitor:
         if not devices:
             raise ValueError("no devices to measure")
         self.devices: tuple[Device, ...] = tuple(devices)
-        self.backend = _backend_of(self.devices[0])
+        self.backend = backend_of(self.devices[0])
         self.method: MeterMethod = method
         self._lock = threading.Lock()
         self._meters: tuple[Meter, ...] | None = None

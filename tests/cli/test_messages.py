@@ -88,3 +88,10 @@ def test_plan_pipeline_takes_a_plain_sweep_library_with_a_type_map(tmp_path, cap
     assert code == 1 and "no cells of nope" in err and "--type TYPE=NAME" in err
     code, _, err = _run([*plan, "--type", "sideways=gemm", "-o", str(tmp_path / "r.yaml")], capsys)
     assert code == 1 and "--type 'sideways=gemm'" in err
+
+
+def test_a_region_typo_is_answered_with_the_right_name(capsys):
+    argv = ["compare", str(DBSCAN / "fdbscan"), str(DBSCAN / "fdbscan-dense")]
+    code, _, err = _run([*argv, "--region", "DBSCANCalculatoin"], capsys)
+    assert code == 1 and "did you mean 'DBSCANCalculation'?" in err
+    assert "(regions: DBSCANCalculation," in err  # listed first, never cut off
