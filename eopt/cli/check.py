@@ -454,6 +454,8 @@ def _device_runner(
 
 
 def _print(result: Any, data: Mapping[str, Any]) -> None:
+    from eopt.report.check_verdict import refined_verdict
+
     pred, meas = data["predicted"], data["measured"]
     console.print(
         f"predicted {pred['energy_j']:.6g} J ± {pred['se_energy_j']:.2g} (mean's SE), "
@@ -481,9 +483,9 @@ def _print(result: Any, data: Mapping[str, Any]) -> None:
             escape(f.evidence),
         )
     console.print(table)
-    if result.refined_prediction is not None:
-        verdict = "[green]covers[/]" if result.refined_covers else "[red]does not cover[/]"
-        console.print(
-            f"refined prediction {result.refined_prediction.energy.mean:.6g} J {verdict} the "
-            "measurement"
-        )
+    verdict = refined_verdict(data)
+    if verdict is not None:
+        # Both answers, as the HTML report gives them: whether the means agree now, and
+        # whether the one-run interval covers the measurement.
+        colour = "green" if verdict.resolved else "red"
+        console.print(f"[{colour}]{escape(verdict.words())}[/]")

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from eopt.cli._common import UserError, check_output, console, write_json
+from eopt.cli._common import UserError, check_output, console, err_console, write_json
 from eopt.cli.options import (
     domain_option,
     force_option,
@@ -50,6 +50,14 @@ __all__ = ["command"]
 @seed_option("Bootstrap seed.")
 @json_option("Print eopt.comparison/1 JSON on stdout.")
 @json_output_option()
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False),
+    metavar="REPORT.html",
+    help="Also write an offline HTML report: the runs in order with the machine-state "
+    "blocks marked, and the bootstrap distributions.",
+)
 @quiet_option(expose=True)
 @force_option()
 def command(
@@ -63,6 +71,7 @@ def command(
     seed: int,
     as_json: bool,
     output: str | None,
+    html_path: str | None,
     quiet: bool,
     force: bool,
 ) -> None:
@@ -84,6 +93,7 @@ def command(
       eopt compare fdbscan/ fdbscan-dense/ --region DBSCANCalculation --json
       eopt compare fdbscan/ fdbscan-dense/ --region DBSCANCalculation --edges inside
       eopt compare runs-a runs-b -q            # the answer in one line
+      eopt compare runs-a runs-b --region solve --html compare.html
     """
     from eopt.model.trace import TraceError
     from eopt.report.compare_table import render_comparison
@@ -91,6 +101,7 @@ def command(
     from eopt.runs.variants import load_variant
 
     check_output(output, force)
+    check_output(html_path, force, option="--html")
     try:
         a = load_variant(a_path, region, domain=domain, edges=edges)  # type: ignore[arg-type]
         b = load_variant(b_path, region, domain=domain, edges=edges)  # type: ignore[arg-type]
@@ -115,6 +126,17 @@ def command(
         click.echo(_verdict(result))
     else:
         render_comparison(result, console)
+    if html_path:
+        from rich.markup import escape
+
+        from eopt.report.compare_report import write_compare_report
+
+        target = write_compare_report(html_path, result, a, b, sources=[a_path, b_path])
+        if not quiet:
+            # With --json, stdout carries only the JSON.
+            (err_console if as_json else console).print(
+                f"Report written to [bold]{escape(str(target))}[/]", highlight=False
+            )
 
 
 def _verdict(result: Any) -> str:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from eopt.report.breakdown import Baseline, EnergyBreakdown, baseline_of, energy_breakdown
+    from eopt.report.compare_report import render_compare_report, write_compare_report
     from eopt.report.html import render_report, write_report
     from eopt.report.inputs import (
         FrontierRow,
@@ -29,6 +30,8 @@ _LAZY = {
     "EnergyBreakdown": "eopt.report.breakdown",
     "baseline_of": "eopt.report.breakdown",
     "energy_breakdown": "eopt.report.breakdown",
+    "render_compare_report": "eopt.report.compare_report",
+    "write_compare_report": "eopt.report.compare_report",
     "render_report": "eopt.report.html",
     "write_report": "eopt.report.html",
     "FrontierRow": "eopt.report.inputs",
@@ -55,8 +58,10 @@ __all__ = [
     "predicted_power",
     "read_frontier_csv",
     "read_measurement",
+    "render_compare_report",
     "render_report",
     "schedule_trace",
+    "write_compare_report",
     "write_report",
     "write_trace",
 ]

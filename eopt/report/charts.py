@@ -7,13 +7,16 @@ Each function takes plain data and returns one ``<svg>`` element as a string.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from eopt.model.operating_point import OperatingPoint
 from eopt.model.schedule import Schedule, ScheduledElement
+from eopt.report.chart_rules import log_axes
+from eopt.report.region_bands import RegionBand
 from eopt.report.svg import (
     MARGIN,
+    LogScale,
     Scale,
     clock_colors,
     esc,
@@ -49,6 +52,7 @@ class PlotPoint:
         label: Tooltip text.
         kind: ``frontier`` (on the Pareto frontier), ``dominated``, ``chosen``,
             ``baseline`` or ``bound`` (a certified lower bound).
+        group: The category the point's colour says (its implementation κ); "" for none.
     """
 
     time_s: float
@@ -57,6 +61,7 @@ class PlotPoint:
     high_j: float | None = None
     label: str = ""
     kind: str = "frontier"
+    group: str = ""
 
 
 def frontier_svg(
@@ -66,29 +71,45 @@ def frontier_svg(
     width: float = 640,
     height: float = 360,
     time_unit: str = "s",
+    colors: Mapping[str, str] | None = None,
+    chosen_label: str = "chosen",
 ) -> str:
     """Time–energy plot: the frontier as a step line through its points, uncertainty
-    bars, dominated points grey, the chosen point and the baseline marked."""
+    bars, dominated points grey (or hollow), the chosen point and the baseline marked.
+
+    Args:
+        points: The points.
+        title: The chart's accessible title.
+        width: Width, in px.
+        height: Height, in px.
+        time_unit: ``s`` or ``ms`` on the x axis.
+        colors: Group → colour (see :func:`eopt.report.chart_rules.category_colors`);
+            grouped points are drawn in their group's colour, dominated ones hollow, and
+            the legend names every group.
+        chosen_label: The legend's words for a ``chosen`` point.
+
+    Axes are logarithmic (both) where the values span decades
+    (:func:`eopt.report.chart_rules.log_axes`), so fast points are not squeezed into a
+    corner.
+    """
     scale_t = 1e3 if time_unit == "ms" else 1.0
     # An unknown (non-finite) value has no place on the axes: such a point is left out,
-    # such a bar drawn without its ends, instead of writing x="inf" into the SVG.
-    points = [
-        replace(
-            p,
-            low_j=p.low_j if p.low_j is not None and math.isfinite(p.low_j) else None,
-            high_j=p.high_j if p.high_j is not None and math.isfinite(p.high_j) else None,
-        )
-        for p in points
-        if math.isfinite(p.time_s) and math.isfinite(p.energy_j)
-    ]
+    # such a bar drawn without its ends, instead of writing x="inf" into the SVG. A bar of
+    # no width (no variance measured) is no bar.
+    points = [replace(p, low_j=_bar_end(p, p.low_j), high_j=_bar_end(p, p.high_j)) for p in points]
+    points = [p for p in points if math.isfinite(p.time_s) and math.isfinite(p.energy_j)]
+    colors = dict(colors or {})
     left, right, top, bottom = MARGIN
-    legend, legend_rows = _legend_frontier(points, left, width - right)
+    legend, legend_rows = _legend_frontier(points, colors, chosen_label, left, width - right)
     top += 18 * legend_rows  # the legend sits above the plot area, never over data
+    times = [p.time_s * scale_t for p in points]
     values_y = [p.energy_j for p in points]
+    log = log_axes(times, values_y)
     values_y += [p.low_j for p in points if p.low_j is not None]
     values_y += [p.high_j for p in points if p.high_j is not None]
-    x = Scale.fit([p.time_s * scale_t for p in points], left, width - right)
-    y = Scale.fit(values_y, height - bottom, top)
+    fit = LogScale.fit if log else Scale.fit
+    x = fit(times, left, width - right)
+    y = fit(values_y, height - bottom, top)
     out = [svg_open(width, height, title, "chart frontier")]
     out.append(f"<title>{esc(title)}</title>")
     out.append(svg_axes(x, y, f"time ({time_unit})", "energy (J)", height))
@@ -103,7 +124,8 @@ def frontier_svg(
                 path.append(f"M{px:.1f},{py:.1f}")
             else:
                 path.append(f"H{px:.1f}V{py:.1f}")
-        out.append(f'<path class="frontier-line" d="{" ".join(path)}"/>')
+        grouped = ' style="stroke:#222"' if colors else ""
+        out.append(f'<path class="frontier-line" d="{" ".join(path)}"{grouped}/>')
     bounds = sorted((p for p in points if p.kind == "bound"), key=lambda p: p.time_s)
     if len(bounds) > 1:
         coords = " ".join(f"{x(p.time_s * scale_t):.1f},{y(p.energy_j):.1f}" for p in bounds)
@@ -113,63 +135,118 @@ def frontier_svg(
         if p.kind == "bound":
             continue
         px, py = x(p.time_s * scale_t), y(p.energy_j)
+        color = colors.get(p.group) if p.group else None
         if p.low_j is not None and p.high_j is not None:
             y0, y1 = y(p.low_j), y(p.high_j)
+            stroke = f' style="stroke:{color}"' if color else ""
             out.append(
-                f'<g class="errbar {esc(p.kind)}"><line x1="{px:.1f}" x2="{px:.1f}" '
+                f'<g class="errbar {esc(p.kind)}"{stroke}><line x1="{px:.1f}" x2="{px:.1f}" '
                 f'y1="{y0:.1f}" y2="{y1:.1f}"/><line x1="{px - 3:.1f}" x2="{px + 3:.1f}" '
                 f'y1="{y0:.1f}" y2="{y0:.1f}"/><line x1="{px - 3:.1f}" x2="{px + 3:.1f}" '
                 f'y1="{y1:.1f}" y2="{y1:.1f}"/></g>'
             )
-        radius = 6 if p.kind in ("chosen", "baseline") else 3.5
-        shape = (
-            f'<rect x="{px - radius:.1f}" y="{py - radius:.1f}" width="{2 * radius:.1f}" '
-            f'height="{2 * radius:.1f}"'
-            if p.kind == "baseline"
-            else f'<circle cx="{px:.1f}" cy="{py:.1f}" r="{radius:.1f}"'
-        )
         tip = p.label or f"{fmt_num(p.time_s * scale_t)} {time_unit}, {fmt_num(p.energy_j)} J"
-        out.append(f'{shape} class="pt {esc(p.kind)}"><title>{esc(tip)}</title>' + _close(shape))
+        out.append(_marker(p.kind, px, py, color, tip))
     out.append(legend)
     out.append("</svg>")
     return "".join(out)
 
 
-def _close(shape: str) -> str:
-    return "</rect>" if shape.startswith("<rect") else "</circle>"
+def _bar_end(p: PlotPoint, end: float | None) -> float | None:
+    """A bar end to draw, or None: unknown ends and bars of no width are not drawn."""
+    if end is None or not math.isfinite(end):
+        return None
+    if p.low_j is not None and p.high_j is not None and p.high_j - p.low_j <= 0:
+        return None
+    return end
 
 
-def _legend_frontier(points: Sequence[PlotPoint], x_min: float, x_max: float) -> tuple[str, int]:
-    """The legend as rows of swatches above the plot area; returns (svg, rows)."""
+def _marker(kind: str, px: float, py: float, color: str | None, tip: str = "") -> str:
+    """One point's marker. A grouped one is in its group's colour: filled on the frontier,
+    hollow when dominated; a grouped ``chosen`` point is a ring, drawn over the cell's own
+    marker, so a chosen cell still shows whether it is on the frontier. Ungrouped points
+    are coloured by their kind's CSS class."""
+    radius = 6 if kind in ("chosen", "baseline") else 3.5
+    title = f"<title>{esc(tip)}</title>" if tip else ""
+    if kind == "baseline":
+        return (
+            f'<rect x="{px - radius:.1f}" y="{py - radius:.1f}" width="{2 * radius:.1f}" '
+            f'height="{2 * radius:.1f}" class="pt baseline">{title}</rect>'
+        )
+    style = ""
+    if color and kind == "chosen":
+        radius = 7.0
+        style = ' style="fill:none;stroke:#222;stroke-width:2"'
+    elif color:
+        fill = "#fff" if kind == "dominated" else color
+        style = f' style="fill:{fill};stroke:{color};stroke-width:1.4"'
+    return (
+        f'<circle cx="{px:.1f}" cy="{py:.1f}" r="{radius:.1f}" class="pt {esc(kind)}"'
+        f"{style}>{title}</circle>"
+    )
+
+
+def _legend_frontier(
+    points: Sequence[PlotPoint],
+    colors: Mapping[str, str],
+    chosen_label: str,
+    x_min: float,
+    x_max: float,
+) -> tuple[str, int]:
+    """The legend as rows of swatches above the plot area; returns (svg, rows).
+
+    Grouped points: one entry per group in its colour, then what filled, hollow and
+    ringed markers mean (in grey). Otherwise one entry per kind.
+    """
     names = {
-        "frontier": "Pareto frontier",
+        "frontier": "on the Pareto frontier" if colors else "Pareto frontier",
         "dominated": "dominated",
         "bound": "lower bound",
-        "chosen": "chosen",
+        "chosen": chosen_label,
         "baseline": "all-fastest baseline",
     }
     kinds = [k for k in names if any(p.kind == k for p in points)]
-    step = 140.0
-    per_row = max(1, int((x_max - x_min) // step))
+    groups = [g for g in colors if any(p.group == g for p in points)]
+    # (swatch drawn at (x, y), text) per entry.
+    entries: list[tuple[Callable[[float, float], str], str]] = [
+        (lambda x, y, c=colors[g]: _swatch(x, y, c), g) for g in groups
+    ]
+    for kind in kinds:
+        entries.append((lambda x, y, k=kind: _kind_swatch(k, x, y, bool(colors)), names[kind]))
     out = ['<g class="legend">']
-    for i, kind in enumerate(kinds):
-        x0 = x_min + 6 + step * (i % per_row)
-        y0 = 12.0 + 18 * (i // per_row)
-        if kind == "baseline":
-            out.append(
-                f'<rect class="pt {kind}" x="{x0 - 4:.1f}" y="{y0 - 4:.1f}" width="8" height="8"/>'
-            )
-        elif kind == "bound":
-            out.append(
-                f'<line class="bound-line" x1="{x0 - 6:.1f}" x2="{x0 + 6:.1f}" '
-                f'y1="{y0:.1f}" y2="{y0:.1f}"/>'
-            )
-        else:
-            out.append(f'<circle class="pt {kind}" cx="{x0:.1f}" cy="{y0:.1f}" r="4"/>')
-        out.append(f'<text x="{x0 + 10:.1f}" y="{y0 + 4:.1f}">{esc(names[kind])}</text>')
+    row, x0 = 0, x_min + 6
+    for swatch, text in entries:
+        shown = text if len(text) <= 40 else text[:39] + "…"
+        step = 24 + 6.4 * len(shown)
+        if x0 + step > x_max and x0 > x_min + 6:
+            row, x0 = row + 1, x_min + 6
+        y0 = 12.0 + 18 * row
+        out.append(
+            f'<g class="legend-entry">{swatch(x0, y0)}'
+            f'<text x="{x0 + 10:.1f}" y="{y0 + 4:.1f}">{esc(shown)}</text></g>'
+        )
+        x0 += step
     out.append("</g>")
-    rows = (len(kinds) + per_row - 1) // per_row if kinds else 0
-    return "".join(out), rows
+    return "".join(out), (row + 1 if entries else 0)
+
+
+def _swatch(x: float, y: float, color: str) -> str:
+    """A group's legend swatch: a dot in its colour."""
+    return f'<circle class="swatch" cx="{x:.1f}" cy="{y:.1f}" r="4.5" style="fill:{color}"/>'
+
+
+def _kind_swatch(kind: str, x: float, y: float, grouped: bool) -> str:
+    """A kind's legend swatch: its marker (in grey where colours name groups)."""
+    if kind == "baseline":
+        return f'<rect class="pt baseline" x="{x - 4:.1f}" y="{y - 4:.1f}" width="8" height="8"/>'
+    if kind == "bound":
+        return (
+            f'<line class="bound-line" x1="{x - 6:.1f}" x2="{x + 6:.1f}" '
+            f'y1="{y:.1f}" y2="{y:.1f}"/>'
+        )
+    if grouped:
+        return _marker(kind, x, y, "#666")
+    return f'<circle class="pt {kind}" cx="{x:.1f}" cy="{y:.1f}" r="4"/>'
 
 
 def setting_key(element: ScheduledElement) -> OperatingPoint:
@@ -335,25 +412,76 @@ def breakdown_svg(parts: Mapping[str, float], *, width: float = 640, height: flo
 def power_trace_svg(
     samples: Sequence[tuple[float, float]],
     *,
-    regions: Sequence[tuple[str, float, float]] = (),
+    bands: Sequence[RegionBand] = (),
     width: float = 960,
     height: float = 260,
 ) -> str:
-    """Power over time as a line, with optional shaded (name, start s, end s) regions."""
+    """Power over time as a line, with each region's calls as a band.
+
+    A band is a lane above the plot, labelled with the region's name, holding a bar per
+    call (calls closer than a pixel merge), and the same spans shaded lightly over the
+    power line; hovering a band names the region with its calls, time and energy.
+
+    Args:
+        samples: (time s, power W).
+        bands: The regions to show (see :func:`eopt.report.region_bands.region_bands`).
+        width: Width, in px.
+        height: Height of the power plot, in px (the lanes add to it).
+    """
     samples = [(t, w) for t, w in samples if math.isfinite(t) and math.isfinite(w)]
     left, right, top, bottom = MARGIN
-    x = Scale.fit([t for t, _ in samples], left, width - right, pad=0.0)
-    y = Scale.fit([0.0] + [w for _, w in samples], height - bottom, top)
-    out = [svg_open(width, height, "Power trace", "chart power")]
-    out.append(svg_axes(x, y, "time (s)", "power (W)", height))
-    for name, start, end in regions:
-        x0, x1 = x(start), x(end)
+    labels = [_short(b.name) for b in bands]
+    if bands:
+        left = min(240.0, max(left, 6.5 * max(len(n) for n in labels) + 18))
+    lane_h, lane_gap = 12.0, 5.0
+    lanes_top = top
+    plot_top = top + len(bands) * (lane_h + lane_gap) + (6.0 if bands else 0.0)
+    total_h = height + plot_top - top
+    times = [t for t, _ in samples] + [t for b in bands for span in b.spans for t in span]
+    x = Scale.fit(times, left, width - right, pad=0.0)
+    y = Scale.fit([0.0] + [w for _, w in samples], total_h - bottom, plot_top)
+    out = [svg_open(width, total_h, "Power trace", "chart power")]
+    out.append(svg_axes(x, y, "time (s)", "power (W)", total_h))
+    for k, (band, label) in enumerate(zip(bands, labels, strict=True)):
+        y0 = lanes_top + k * (lane_h + lane_gap)
+        merged = _merged_px([(x(a), x(b)) for a, b in band.spans])
+        out.append(f'<g class="region-band" data-region="{esc(band.name)}">')
+        out.append(f"<title>{esc(band.summary or band.name)}</title>")
         out.append(
-            f'<rect class="region" x="{x0:.1f}" y="{top:.1f}" width="{max(0.5, x1 - x0):.1f}" '
-            f'height="{height - bottom - top:.1f}"><title>{esc(name)}</title></rect>'
+            f'<text class="band-label" x="{left - 6:.1f}" y="{y0 + lane_h - 2:.1f}" '
+            f'text-anchor="end">{esc(label)}</text>'
         )
+        for x0, x1 in merged:
+            out.append(
+                f'<rect class="band-call" x="{x0:.1f}" y="{y0:.1f}" width="{x1 - x0:.1f}" '
+                f'height="{lane_h:.1f}" style="fill:{band.color}"/>'
+            )
+        for x0, x1 in merged:
+            out.append(
+                f'<rect class="band-shade" x="{x0:.1f}" y="{plot_top:.1f}" '
+                f'width="{x1 - x0:.1f}" height="{total_h - bottom - plot_top:.1f}" '
+                f'style="fill:{band.color}"/>'
+            )
+        out.append("</g>")
     if samples:
         coords = " ".join(f"{x(t):.1f},{y(w):.1f}" for t, w in samples)
         out.append(f'<polyline class="power-line" points="{coords}"/>')
     out.append("</svg>")
     return "".join(out)
+
+
+def _short(name: str, most: int = 32) -> str:
+    """A name short enough for a label (the tooltip keeps it whole)."""
+    return name if len(name) <= most else name[: most - 1] + "…"
+
+
+def _merged_px(spans: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Pixel spans, each at least 1 px wide, with those less than a pixel apart merged:
+    a region called 10 000 times draws as many rects as the chart has pixels, at most."""
+    merged: list[tuple[float, float]] = []
+    for a, b in sorted((a, max(b, a + 1.0)) for a, b in spans):
+        if merged and a <= merged[-1][1] + 1.0:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return merged

@@ -6,9 +6,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from eopt.report.svg import fmt_interval, fmt_num
 from eopt.runs.compare import Comparison, Intervals, Reduction, format_runs
 
-__all__ = ["render_comparison"]
+__all__ = ["reduction_interval", "reduction_words", "render_comparison"]
 
 _ROWS = (
     ("time s", "time_s", "time"),
@@ -18,29 +19,45 @@ _ROWS = (
 
 
 def _num(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.4g}"
+    return "n/a" if x is None else fmt_num(x)
 
 
 def _interval(ci: tuple[float | None, float | None]) -> str:
-    return f"{_num(ci[0])} – {_num(ci[1])}"
+    if ci[0] is None or ci[1] is None:
+        return f"{_num(ci[0])} – {_num(ci[1])}"
+    return fmt_interval(ci[0], ci[1])  # "no variance measured" for one of no width
 
 
-def _reduction(r: Reduction) -> str:
-    """A reduction in words, coloured when its interval excludes 0 (a clear difference)."""
+def reduction_words(r: Reduction) -> tuple[str, str]:
+    """A reduction in words and what its interval says.
+
+    Returns:
+        (``"14.4 % less"`` / ``"3.0 % more"`` / ``"n/a"``, ``"less"`` when the interval
+        lies above 0 (B is clearly lower), ``"more"`` when below, ``""`` otherwise).
+    """
     if r.value is None:
-        return "n/a"
+        return "n/a", ""
     text = f"{100 * abs(r.value):.1f} % {'less' if r.value >= 0 else 'more'}"
     lo, hi = r.ci
     if lo is not None and hi is not None and (lo > 0 or hi < 0):
-        return f"[green]{text}[/]" if lo > 0 else f"[red]{text}[/]"
-    return text
+        return text, "less" if lo > 0 else "more"
+    return text, ""
 
 
-def _reduction_ci(r: Reduction) -> str:
+def reduction_interval(r: Reduction) -> str:
+    """The interval of 1 − B/A in percent, e.g. ``+12.0 % – +16.1 %``."""
     lo, hi = r.ci
     if lo is None or hi is None:
         return "n/a"
     return f"{100 * lo:+.1f} % – {100 * hi:+.1f} %"
+
+
+def _reduction(r: Reduction) -> str:
+    """A reduction in words, coloured when its interval excludes 0 (a clear difference)."""
+    text, clear = reduction_words(r)
+    if clear:
+        return f"[green]{text}[/]" if clear == "less" else f"[red]{text}[/]"
+    return text
 
 
 def _stat_rows(table: Table, cmp: Comparison, stat: str) -> None:
@@ -57,7 +74,7 @@ def _stat_rows(table: Table, cmp: Comparison, stat: str) -> None:
             _num(getattr(getattr(cmp.b, stat), attr)),
             _interval(getattr(ci_b, attr)),
             _reduction(r),
-            _reduction_ci(r),
+            reduction_interval(r),
             end_section=i == len(_ROWS) - 1,
         )
 
@@ -106,7 +123,7 @@ def _without_table(cmp: Comparison, wb: Comparison) -> Table:
             _num(getattr(wb.a.median, attr)),
             _num(getattr(wb.b.median, attr)),
             _reduction(r),
-            _reduction_ci(r),
+            reduction_interval(r),
         )
     return table
 
@@ -139,8 +156,8 @@ def render_comparison(cmp: Comparison, console: Console) -> None:
                 f"{blk.variant.upper()} {escape(name)}",
                 format_runs(blk.runs),
                 str(len(blk.runs)),
-                f"{blk.median_time_s:.4g}",
-                f"{blk.mean_power_w:.4g}",
+                fmt_num(blk.median_time_s),
+                fmt_num(blk.mean_power_w),
                 f"{blk.time_ratio:.2f}× time, {blk.power_ratio:.2f}× power",
             )
         console.print(blocks)

@@ -22,14 +22,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eopt.report.chart_rules import LOG_SPAN, category_colors, log_axes
+
 if TYPE_CHECKING:
     from eopt.calculus.frontier import Frontier, FrontierPoint
 
 __all__ = ["LOG_SPAN", "MAX_ZOOMED", "plot_element_frontiers"]
-
-#: A panel switches to log axes when its largest time (or energy) is more than this many
-#: times its smallest: then a linear axis squeezes the fast cells into one corner.
-LOG_SPAN = 5.0
 
 #: Up to this many elements, each gets a second panel: its frontier zoomed in.
 MAX_ZOOMED = 4
@@ -37,11 +35,6 @@ MAX_ZOOMED = 4
 #: At most this many frontier cells of a panel get an operating-point label (evenly
 #: spread, both ends always); more would overlap.
 MAX_LABELS = 12
-
-_PALETTE = (
-    "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
-    "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f",
-)  # fmt: skip
 
 
 def _impl(point: FrontierPoint) -> str:
@@ -60,13 +53,6 @@ def _labelled(count: int) -> set[int]:
         return set(range(count))
     step = (count - 1) / (MAX_LABELS - 1)
     return {round(i * step) for i in range(MAX_LABELS)}
-
-
-def _span(values: Sequence[float]) -> float:
-    positive = [v for v in values if v > 0]
-    if not positive:
-        return 1.0
-    return max(positive) / min(positive)
 
 
 def plot_element_frontiers(
@@ -103,12 +89,8 @@ def plot_element_frontiers(
     if not frontiers:
         raise ValueError("nothing to plot: no frontier given")
 
-    impls: list[str] = []
-    for front in frontiers.values():
-        for p in front.achievable:
-            if _impl(p) not in impls:
-                impls.append(_impl(p))
-    colour = {name: _PALETTE[i % len(_PALETTE)] for i, name in enumerate(impls)}
+    colour = category_colors(_impl(p) for front in frontiers.values() for p in front.achievable)
+    impls = list(colour)
 
     zoomed = len(frontiers) <= MAX_ZOOMED
     if zoomed:
@@ -190,7 +172,7 @@ def _draw(
     on = {id(p) for p in front.points}
     times = [p.time for p in front.achievable]
     energies = [p.energy for p in front.achievable]
-    log = log_ok and max(_span(times), _span(energies)) > LOG_SPAN and min(times + energies) > 0
+    log = log_ok and log_axes(times, energies)
     widest = 0.0
     for impl in impls:
         mine = [p for p in front.achievable if _impl(p) == impl]

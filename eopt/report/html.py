@@ -11,14 +11,15 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from eopt.model.confidence import c_alpha
 from eopt.model.fileformats import atomic_write_text
 from eopt.model.schedule import Schedule
 from eopt.model.signature import Signature
 from eopt.report.breakdown import baseline_of, energy_breakdown
+from eopt.report.chart_rules import LOG_SPAN, category_colors
 from eopt.report.charts import (
     PlotPoint,
     breakdown_svg,
@@ -26,8 +27,11 @@ from eopt.report.charts import (
     gantt_svg,
     power_trace_svg,
 )
+from eopt.report.check_verdict import refined_verdict
 from eopt.report.inputs import FrontierRow, Measurement
-from eopt.report.svg import esc, fmt_num, fmt_share
+from eopt.report.page import card, cards, html_page
+from eopt.report.region_bands import region_bands
+from eopt.report.svg import NO_VARIANCE, esc, fmt_interval, fmt_num, fmt_share
 
 __all__ = ["render_report", "write_report"]
 
@@ -88,15 +92,7 @@ def render_report(
         body.append(_measurement(measurement))
     if check:
         body.append(_check(check))
-    css = resources.files("eopt.report").joinpath("report.css").read_text(encoding="utf-8")
-    return (
-        "<!DOCTYPE html>\n"
-        '<html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{esc(title)}</title><style>{css}</style></head><body>"
-        + "\n".join(body)
-        + "</body></html>\n"
-    )
+    return html_page(title, body)
 
 
 def write_report(path: str | Path, **kwargs: object) -> Path:
@@ -106,19 +102,51 @@ def write_report(path: str | Path, **kwargs: object) -> Path:
 
 # Sections -----------------------------------------------------------------------------------
 def _check(data: Mapping[str, Any]) -> str:
-    """``eopt check``: prediction against measurement, and what explained a deviation."""
+    """``eopt check``: prediction against measurement, and what explained a deviation.
+
+    A refinement gets two answers, both shown (see :mod:`eopt.report.check_verdict`):
+    whether the means now agree, and whether the one-run interval covers the measurement.
+    """
     pred, meas = data.get("predicted", {}), data.get("measured", {})
     out = ["<h2>Prediction check</h2>"]
     deviates = bool(data.get("deviation"))
-    cards = [
-        _card("predicted", f"{fmt_num(pred.get('energy_j', math.nan))} J"),
-        _card("measured", f"{fmt_num(meas.get('energy_j', math.nan))} J"),
-        _card("verdict", "deviates" if deviates else "agrees", good=not deviates),
+    items = [
+        card("predicted", f"{fmt_num(pred.get('energy_j', math.nan))} J"),
+        card("measured", f"{fmt_num(meas.get('energy_j', math.nan))} J"),
+        card(
+            "first prediction",
+            "deviates" if deviates else "agrees",
+            good=not deviates,
+            bad=deviates,
+        ),
     ]
-    if deviates and data.get("refined_covers") is not None:
-        covered = bool(data["refined_covers"])
-        cards.append(_card("refined", "covers" if covered else "still off", good=covered))
-    out.append('<div class="cards">' + "".join(cards) + "</div>")
+    verdict = refined_verdict(data)
+    if verdict is not None:
+        if verdict.refined:
+            agree = bool(verdict.means_agree)
+            items.append(
+                card(
+                    "refined prediction, by the means",
+                    "agrees" if agree else "still deviates",
+                    good=agree,
+                    bad=not agree,
+                )
+            )
+        if verdict.interval_covers is not None:
+            items.append(
+                card(
+                    "one-run interval",
+                    "covers the measurement" if verdict.interval_covers else "does not cover",
+                    # Green only when nothing deviates any more: a covering interval
+                    # beside a persisting deviation is no all-clear.
+                    good=verdict.interval_covers and verdict.resolved,
+                    bad=not verdict.interval_covers,
+                )
+            )
+    out.append(cards(items))
+    if verdict is not None:
+        sentence = verdict.words()
+        out.append(f'<p class="verdict">{esc(sentence[0].upper() + sentence[1:])}.</p>')
     runs = meas.get("runs")
     mech = data.get("mechanisms")
     note = f"{runs} runs of the whole schedule" if runs else "Measured runs"
@@ -126,7 +154,8 @@ def _check(data: Mapping[str, Any]) -> str:
         note += f"; simulator mechanisms on: {', '.join(map(str, mech))}"
     out.append(
         f'<p class="note">{esc(note)}. Means are compared by their standard errors, '
-        "energy and time together at the stated confidence.</p>"
+        "energy and time together at the stated confidence; the one-run interval is the "
+        "prediction's spread for a single run, a far wider test.</p>"
     )
     found = data.get("found") or []
     if found:
@@ -157,13 +186,6 @@ def _pct(value: Any) -> str:
     return f"{value:+.2%}" if isinstance(value, (int, float)) and math.isfinite(value) else ""
 
 
-def _card(key: str, value: str, good: bool = False) -> str:
-    cls = "card good" if good else "card"
-    return (
-        f'<div class="{cls}"><div class="k">{esc(key)}</div><div class="v">{esc(value)}</div></div>'
-    )
-
-
 def _headline(schedule: Schedule) -> str:
     """What the plan saves for free and what costs time: the first thing a reader sees."""
     from eopt.plan.solve import savings
@@ -172,9 +194,9 @@ def _headline(schedule: Schedule) -> str:
     if found is None:
         return ""
     joules = (
-        f"all-fastest {fmt_num(found.baseline_energy_j, 6)} J → "
-        f"{fmt_num(found.at_fastest_energy_j, 6)} J at the fastest makespan → "
-        f"{fmt_num(found.at_deadline_energy_j, 6)} J for this plan"
+        f"all-fastest {fmt_num(found.baseline_energy_j)} J → "
+        f"{fmt_num(found.at_fastest_energy_j)} J at the fastest makespan → "
+        f"{fmt_num(found.at_deadline_energy_j)} J for this plan"
     )
     static = schedule.meta.get("static")
     extra = ""
@@ -184,7 +206,7 @@ def _headline(schedule: Schedule) -> str:
             cost = schedule.energy / per_element - 1.0
             extra = (
                 f" This plan keeps one setting per GPU for the whole run: {cost:+.1%} "
-                f"energy against the per-element plan ({fmt_num(per_element, 6)} J)."
+                f"energy against the per-element plan ({fmt_num(per_element)} J)."
             )
     return (
         f'<p class="headline"><strong>{esc(found.headline())}</strong> '
@@ -195,31 +217,28 @@ def _headline(schedule: Schedule) -> str:
 
 def _summary(schedule: Schedule) -> str:
     low, high = schedule.interval
-    cards = [
-        _card("predicted energy", f"{fmt_num(schedule.energy, 6)} J"),
-        _card(
-            f"{schedule.confidence:.0%} interval",
-            f"{fmt_num(low, 6)} – {fmt_num(high, 6)} J",
-        ),
-        _card("makespan", f"{fmt_num(schedule.makespan)} s"),
+    items = [
+        card("predicted energy", f"{fmt_num(schedule.energy)} J"),
+        card(f"{schedule.confidence:.0%} interval", fmt_interval(low, high, "J")),
+        card("makespan", f"{fmt_num(schedule.makespan)} s"),
     ]
     if schedule.deadline is not None:
-        cards.append(_card("deadline", f"{fmt_num(schedule.deadline)} s"))
+        items.append(card("deadline", f"{fmt_num(schedule.deadline)} s"))
     if schedule.lower_bound is not None:
-        cards.append(_card("lower bound", f"{fmt_num(schedule.lower_bound, 6)} J"))
+        items.append(card("lower bound", f"{fmt_num(schedule.lower_bound)} J"))
     if schedule.gap is not None:
-        cards.append(_card("optimality gap", fmt_share(schedule.gap, 1.0, 3) or "unknown"))
+        items.append(card("optimality gap", fmt_share(schedule.gap, 1.0, 3) or "unknown"))
     base = baseline_of(schedule)
     if base is not None:
-        cards.append(
-            _card(
+        items.append(
+            card(
                 "energy saved vs all-fastest",
                 f"{fmt_num(base.saved_j)} J ({base.saved_fraction:.1%})",
                 good=base.saved_j > 0,
             )
         )
-        cards.append(
-            _card(
+        items.append(
+            card(
                 "time added",
                 f"{fmt_num(base.time_added_s)} s ({base.time_added_fraction:+.1%})",
             )
@@ -231,7 +250,7 @@ def _summary(schedule: Schedule) -> str:
         if "wall_time_s" in solver and isinstance(solver["wall_time_s"], (int, float)):
             parts.append(f"wall time {float(solver['wall_time_s']):.3g} s")
         note = f'<p class="note">Solver — {esc("; ".join(parts))}</p>'
-    return '<h2>Summary</h2><div class="cards">' + "".join(cards) + "</div>" + note
+    return "<h2>Summary</h2>" + cards(items) + note
 
 
 def _plan_frontier(rows: Sequence[FrontierRow], schedule: Schedule | None) -> str:
@@ -272,16 +291,38 @@ def _plan_frontier(rows: Sequence[FrontierRow], schedule: Schedule | None) -> st
                     kind="baseline",
                 )
             )
-    note = (
-        "Bars: the energy's uncertainty interval. Dashed: certified lower bound."
-        if rows
-        else "No frontier table given (write one with `eopt solve PLAN --frontier -o F.csv`)."
-    )
+    if rows:
+        note = _bars_note(points, "Bars: the energy's uncertainty interval.")
+        if any(p.kind == "bound" for p in points):
+            note += " Dashed: certified lower bound."
+    else:
+        note = "No frontier table given (write one with `eopt solve PLAN --frontier -o F.csv`)."
+        if schedule is not None and schedule.energy_std <= 0:
+            note += f" The chosen point has no bar: {NO_VARIANCE}."
     return (
         "<h2>Time–energy frontier</h2>"
         + frontier_svg(points, "Plan time–energy frontier")
         + f'<p class="note">{esc(note)}</p>'
     )
+
+
+def _bars_note(points: Sequence[PlotPoint], with_bars: str) -> str:
+    """``with_bars`` and the widest bar when any point has an uncertainty bar of some
+    width (a bar smaller than its marker hides behind it); else why there are none."""
+    widest = max(
+        (
+            (p.high_j - p.low_j) / 2 / p.energy_j
+            for p in points
+            if p.low_j is not None and p.high_j is not None and p.energy_j > 0
+        ),
+        default=0.0,
+    )
+    if widest > 0:
+        return (
+            f"{with_bars[:-1]} (the widest is ±{widest:.2%} of its energy; a bar smaller "
+            "than its marker is hidden by it)."
+        )
+    return f"No bars: {NO_VARIANCE}."
 
 
 def _gantt(schedule: Schedule) -> str:
@@ -370,42 +411,59 @@ def _element_frontiers(
     for r in rows:
         row_groups.setdefault(str(r.element), []).append(r)
     names = list(dict.fromkeys([*by_name, *row_groups]))
-    figures = []
+    # One colour per implementation across every panel (the rule of eopt frontier --plot).
+    colors = category_colors(sig.impl for sig in library)
+    c = c_alpha(0.95)
+    figures, all_points = [], []
     for name in names[:MAX_ELEMENT_PLOTS]:
         points: list[PlotPoint] = []
         if name in by_name:
             front = Frontier.from_signatures(by_name[name])
-            c = 1.959963984540054  # 95 % two-sided normal quantile
             on = {id(p) for p in front.points}
             for p in front.achievable:
                 sig = p.signature
                 assert sig is not None
-                chosen = (name, sig.impl, sig.op_point.label()) in used
-                kind = "chosen" if chosen else ("frontier" if id(p) in on else "dominated")
+                tip = f"{sig.impl} @ {sig.op_point.label()}: {fmt_num(p.time * 1e3)} ms, "
+                tip += f"{fmt_num(p.energy)} J"
+                bar = c * p.std_energy if p.var_energy > 0 else None
                 points.append(
                     PlotPoint(
                         p.time,
                         p.energy,
-                        p.energy - c * p.std_energy if p.var_energy > 0 else None,
-                        p.energy + c * p.std_energy if p.var_energy > 0 else None,
-                        label=f"{sig.impl} @ {sig.op_point.label()}: {fmt_num(p.time * 1e3)} ms, "
-                        f"{fmt_num(p.energy)} J" + (" (chosen)" if chosen else ""),
-                        kind=kind,
+                        None if bar is None else p.energy - bar,
+                        None if bar is None else p.energy + bar,
+                        label=tip,
+                        kind="frontier" if id(p) in on else "dominated",
+                        group=sig.impl,
                     )
                 )
-            # A chosen cell on the frontier should still draw the frontier line.
-            points += [
-                PlotPoint(p.time, p.energy, kind="frontier")
-                for p in front.points
-                if p.signature is not None
-                and (name, p.signature.impl, p.signature.op_point.label()) in used
-            ]
+                if (name, sig.impl, sig.op_point.label()) in used:
+                    # A ring over the cell: the cell keeps showing whether it is on
+                    # the frontier.
+                    points.append(
+                        PlotPoint(
+                            p.time,
+                            p.energy,
+                            label=f"{tip} (used by the schedule)",
+                            kind="chosen",
+                            group=sig.impl,
+                        )
+                    )
         else:
             points = [
                 PlotPoint(r.time_s, r.energy_j, r.low_j, r.high_j, label=r.label)
                 for r in row_groups[name]
             ]
-        svg = frontier_svg(points, f"{name} frontier", width=470, height=280, time_unit="ms")
+        all_points += points
+        svg = frontier_svg(
+            points,
+            f"{name} frontier",
+            width=470,
+            height=300,
+            time_unit="ms",
+            colors=colors,
+            chosen_label="used by the schedule",
+        )
         figures.append(f"<figure>{svg}<figcaption>{esc(name)}</figcaption></figure>")
     more = ""
     if len(names) > MAX_ELEMENT_PLOTS:
@@ -413,27 +471,42 @@ def _element_frontiers(
         more = (
             f'<p class="note">Not plotted ({len(names) - MAX_ELEMENT_PLOTS} more): {esc(rest)}</p>'
         )
+    note = (
+        "Every measured (κ, ω) cell, coloured by its implementation κ (the legend names "
+        "them); filled: on the frontier, hollow: dominated"
+        + (", ringed: used by the schedule. " if used else ". ")
+        + _bars_note(all_points, "Bars: 95 % intervals.")
+        + f" Axes turn logarithmic where the cells span more than {LOG_SPAN:g}×."
+    )
+    if used:
+        note += (
+            " A ringed cell that is hollow is no mistake: a cell dominated in time and "
+            "energy when measured alone can be the right choice in a plan. When an element "
+            "has slack (it runs beside a longer one, or waits on another device), running "
+            "it slower saves dynamic energy without lengthening the makespan: "
+            "slack-to-energy conversion (paper §6)."
+        )
     return (
         "<h2>Element frontiers</h2>"
-        '<p class="note">Every measured (κ, ω) cell; grey: dominated, blue: on the frontier, '
-        "red: used by the schedule. Bars: 95 % intervals. A red point on a grey one is no "
-        "mistake: a cell dominated in time and energy when measured alone can be the right "
-        "choice in a plan. When an element has slack (it runs beside a longer one, or waits "
-        "on another device), running it slower saves dynamic energy without lengthening the "
-        "makespan: slack-to-energy conversion (paper §6).</p>"
+        f'<p class="note">{esc(note)}</p>'
         f'<div class="small-multiples">{"".join(figures)}</div>{more}'
     )
 
 
 def _measurement(m: Measurement) -> str:
+    """A measured run: totals, the per-region table, the power trace with region bands.
+
+    Numbers carry four significant digits: a region's energy is known to about a percent
+    (the sensor and the sampling), so more digits would only be noise to read past.
+    """
     out = ["<h2>Measured run</h2>"]
-    cards = [
-        _card("energy", f"{fmt_num(m.total_energy_j)} J"),
-        _card("time", f"{fmt_num(m.total_time_s)} s"),
+    items = [
+        card("energy", f"{fmt_num(m.total_energy_j)} J"),
+        card("time", f"{fmt_num(m.total_time_s)} s"),
     ]
     if m.total_time_s > 0:
-        cards.append(_card("mean power", f"{fmt_num(m.total_energy_j / m.total_time_s)} W"))
-    out.append('<div class="cards">' + "".join(cards) + "</div>")
+        items.append(card("mean power", f"{fmt_num(m.total_energy_j / m.total_time_s)} W"))
+    out.append(cards(items))
     if m.device:
         out.append(f'<p class="note">Device: {esc(m.device)}</p>')
     if m.regions:
@@ -441,34 +514,35 @@ def _measurement(m: Measurement) -> str:
         exclusive = any(r.exclusive_energy_j is not None for r in m.regions)
         excl_head = "<th>energy (J, exclusive)</th>" if exclusive else ""
         out.append(
-            "<table><tr><th>region</th><th>calls</th><th>energy (J, inclusive)</th>"
-            f"{excl_head}<th>time (s)</th><th>mean power (W)</th><th>share of energy</th></tr>"
+            '<table class="regions"><tr><th>region</th><th>calls</th>'
+            f"<th>energy (J, inclusive)</th>{excl_head}<th>time (s)</th><th>mean power (W)</th>"
+            "<th>share of energy</th></tr>"
         )
         for r in m.regions:
             known = math.isfinite(r.energy_j)
-            energy = esc(fmt_num(r.energy_j, 6)) if known else "unknown"
+            energy = esc(fmt_num(r.energy_j)) if known else "unknown"
             share = fmt_share(r.energy_j, total)
             power = esc(fmt_num(r.mean_power_w)) if known and r.time_s > 0 else ""
             excl = ""
             if exclusive:
                 value = r.exclusive_energy_j
-                excl = f"<td>{esc(fmt_num(value, 6)) if value is not None else 'unknown'}</td>"
+                excl = f"<td>{esc(fmt_num(value)) if value is not None else 'unknown'}</td>"
             out.append(
                 f'<tr><td style="padding-left:{10 + 14 * r.depth}px">{esc(r.name)}</td>'
                 f"<td>{r.calls}</td><td>{energy}</td>{excl}"
-                f"<td>{esc(fmt_num(r.time_s, 6))}</td><td>{power}</td><td>{share}</td></tr>"
+                f"<td>{esc(fmt_num(r.time_s))}</td><td>{power}</td><td>{share}</td></tr>"
             )
         pad = "<td></td>" if exclusive else ""
         if m.outside_energy_j is not None:
             outside_share = fmt_share(m.outside_energy_j, total)
             out.append(
                 f"<tr><td>outside every region</td><td></td>"
-                f"<td>{esc(fmt_num(m.outside_energy_j, 6))}</td>{pad}<td></td><td></td>"
+                f"<td>{esc(fmt_num(m.outside_energy_j))}</td>{pad}<td></td><td></td>"
                 f"<td>{outside_share}</td></tr>"
             )
         out.append(
-            f'<tr class="total"><td>whole run</td><td></td><td>{esc(fmt_num(m.total_energy_j, 6))}'
-            f"</td>{pad}<td>{esc(fmt_num(m.total_time_s, 6))}</td><td></td><td>100%</td></tr>"
+            f'<tr class="total"><td>whole run</td><td></td><td>{esc(fmt_num(m.total_energy_j))}'
+            f"</td>{pad}<td>{esc(fmt_num(m.total_time_s))}</td><td></td><td>100%</td></tr>"
             "</table>"
         )
         note = "Inclusive: a region's energy contains its nested regions'."
@@ -481,5 +555,16 @@ def _measurement(m: Measurement) -> str:
         for w in m.meta.get("warnings", []) or []:
             out.append(f'<p class="note">warning: {esc(str(w))}</p>')
     if m.samples:
-        out.append("<h3>Power trace</h3>" + power_trace_svg(m.samples))
+        bands, left_out = region_bands(m)
+        out.append("<h3>Power trace</h3>" + power_trace_svg(m.samples, bands=bands))
+        if bands:
+            note = (
+                "Each band above the trace is one region: a bar per call, the same spans "
+                "shaded over the power line. Hover a band for its calls, time and energy."
+            )
+            if left_out:
+                note += f" {left_out} more region(s) have calls but no band."
+        else:
+            note = "No timed region calls in this measurement: the trace has no bands."
+        out.append(f'<p class="note">{esc(note)}</p>')
     return "".join(out)

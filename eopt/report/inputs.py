@@ -250,6 +250,8 @@ class Measurement:
         samples: (time s, power W) samples of the power trace, time from the run's start.
         device: Device description, when recorded.
         meta: Everything else in the file.
+        calls: (region name, start s, end s) of each timed region call, on the samples'
+            time axis; the name is the region's as in ``regions``.
     """
 
     total_energy_j: float
@@ -259,6 +261,7 @@ class Measurement:
     samples: tuple[tuple[float, float], ...] = ()
     device: str = ""
     meta: Mapping[str, Any] = field(default_factory=dict)
+    calls: tuple[tuple[str, float, float], ...] = ()
 
 
 def read_measurement(path: str | Path) -> Measurement:
@@ -314,10 +317,11 @@ def measurement_from_dict(data: Any, source: str = "<measurement>") -> Measureme
             outside = max(0.0, raw)
             break
     samples_raw = data.get("samples", data.get("power_trace", data.get("power", [])))
-    samples = _samples(samples_raw, at / "samples")
+    samples = _samples(samples_raw, at / "samples", duration)
+    calls: list[tuple[str, float, float]] = []
     for key in ("events", "region_events"):
         if data.get(key) is not None:
-            _check_events(data[key], at / key, duration)
+            calls += _check_events(data[key], at / key, duration)
     device = data.get("device", "")
     if isinstance(device, Mapping):
         device = " ".join(str(v) for v in device.values())
@@ -331,6 +335,7 @@ def measurement_from_dict(data: Any, source: str = "<measurement>") -> Measureme
         samples=samples,
         device=str(device or ""),
         meta={k: v for k, v in data.items() if k not in ("regions", "samples", "power_trace")},
+        calls=tuple(calls),
     )
 
 
@@ -363,8 +368,10 @@ def _region(r: Any, at: Where, run_energy: float, run_time: float) -> Region:
     return Region(name=name, energy_j=energy, time_s=time_s, calls=calls, depth=depth)
 
 
-def _check_events(raw: Any, at: Where, run_time: float) -> None:
-    """Timed region calls (for the trace) must lie inside the run."""
+def _check_events(raw: Any, at: Where, run_time: float) -> list[tuple[str, float, float]]:
+    """Timed region calls (for the trace), which must lie inside the run: (name, start s,
+    end s) each, named by the region's path when the event has one (as the regions are)."""
+    out = []
     for i, item in enumerate(sequence(raw, at, what="a list of timed events")):
         where = at / i
         item = mapping(item, where, what="an object with start_s and end_s")
@@ -372,10 +379,16 @@ def _check_events(raw: Any, at: Where, run_time: float) -> None:
         end = number(required(item, "end_s", where), where / "end_s", unit="s")
         if end < start:
             (where / "end_s").fail(f"the event ends ({end:g} s) before it starts ({start:g} s)")
-        within_run(start, end, run_time, where, run_name="run's duration")
+        start = within_run(start, end, run_time, where, run_name="run's duration")
+        name = item.get("path") or item.get("name") or item.get("region") or "region"
+        out.append((str(name), start, end))
+    return out
 
 
-def _samples(raw: Any, at: Where) -> tuple[tuple[float, float], ...]:
+def _samples(raw: Any, at: Where, run_time: float) -> tuple[tuple[float, float], ...]:
+    """(time s, power W) from the run's start. Samples already on the run's time axis
+    (inside [0, run_time], as ``eopt measure`` writes them) stay where they are, so that
+    the region calls line up with them; others (epoch times) start at 0."""
     if raw is None:
         return ()
     if isinstance(raw, Mapping):  # {"time_s": [...], "power_w": [...]}
@@ -400,7 +413,8 @@ def _samples(raw: Any, at: Where) -> tuple[tuple[float, float], ...]:
                 "must be in time order"
             )
         out.append((time_s, number(w, at / i / "power_w", unit="W", min=0)))
-    if out:
+    slack = 1e-6 * max(run_time, 1.0)
+    if out and not (-slack <= out[0][0] and out[-1][0] <= run_time + slack):
         t0 = out[0][0]
         out = [(t - t0, w) for t, w in out]
     return tuple(out)

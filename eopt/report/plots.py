@@ -3,7 +3,8 @@
 ``plot_frontier`` draws an :class:`eopt.Frontier` (dominated cells grey), several of
 them as panels of one figure (a mapping name → Frontier), or the rows of a frontier table
 (e.g. the plan frontier of ``eopt solve --frontier``), with uncertainty bars at the
-frontier's confidence and the frontier as a staircase.
+frontier's confidence and the frontier as a staircase. Axes turn logarithmic where the
+points span decades (:func:`eopt.report.chart_rules.log_axes`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eopt.report.chart_rules import log_axes
 from eopt.report.inputs import FrontierRow
 
 if TYPE_CHECKING:
@@ -90,9 +92,15 @@ def plot_frontier(
                 if chosen is not None:
                     ax.plot(chosen[0] * k, chosen[1], "o", color="#e4572e", ms=8, label="chosen")
             ax.set_title(name or title, fontsize=9 if name else 11)
-            ax.set_xlabel(f"time ({time_unit})")
-            ax.set_ylabel("energy (J)")
-            ax.grid(alpha=0.3)
+            points = front + dominated
+            log = log_axes([p[0] for p in points], [p[1] for p in points])
+            if log:  # the rule of every eopt time–energy chart (eopt.report.chart_rules)
+                ax.set_xscale("log")
+                ax.set_yscale("log")
+            scale = ", log scale" if log else ""
+            ax.set_xlabel(f"time ({time_unit}{scale})")
+            ax.set_ylabel(f"energy (J{scale})")
+            ax.grid(alpha=0.3, which="both" if log else "major")
             if confidence is not None and not name:
                 ax.text(
                     0.99,

@@ -34,10 +34,12 @@ def load_recording(path: str | os.PathLike[str]) -> tuple[list[Trace], Attributi
 
 
 def measurement_from_attribution(att: Attribution, trace: Trace | None = None) -> Measurement:
-    """The report's view of an attributed trace: regions, outside energy, GPU power.
+    """The report's view of an attributed trace: regions, outside energy, GPU power and
+    the region calls (user regions; kernels only in a trace without user regions).
 
     Unknown energies (a region outside the power trace) stay NaN, and the report shows
-    them as unknown.
+    them as unknown. The calls and samples are those of ``trace`` (the first rank of a
+    multi-rank run), both timed from that trace's start.
     """
     regions = tuple(
         Region(
@@ -60,6 +62,10 @@ def measurement_from_attribution(att: Attribution, trace: Trace | None = None) -
             ((int(t) - origin) * 1e-9, float(p)) for t, p in zip(s.times_ns, s.power_w, strict=True)
         )
         device = f"{att.source} ({s.label})"
+    # The calls of the trace whose power is shown: a sum over ranks keeps them per rank.
+    own = att.ranks[0].calls if att.ranks else att.calls
+    user = [c for c in own if c.event.category == "USER_REGION"]
+    calls = tuple((c.event.name, c.start_s, c.end_s) for c in (user or own))
     return Measurement(
         total_energy_j=att.total_energy_j,
         total_time_s=att.total_time_s,
@@ -68,6 +74,7 @@ def measurement_from_attribution(att: Attribution, trace: Trace | None = None) -
         samples=samples,
         device=device,
         meta={"warnings": list(att.warnings)},
+        calls=calls,
     )
 
 

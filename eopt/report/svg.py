@@ -12,11 +12,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = [
+    "NO_VARIANCE",
+    "LogScale",
     "Scale",
     "clock_colors",
     "esc",
+    "fmt_interval",
     "fmt_num",
     "fmt_share",
+    "log_ticks",
     "nice_ticks",
     "svg_axes",
     "svg_open",
@@ -69,6 +73,22 @@ def fmt_share(part: float, whole: float, digits: int = 1) -> str:
     return f"{part / whole:.{digits}%}"
 
 
+#: What an interval of a value without variance says instead of "5753 – 5753 J".
+NO_VARIANCE = "no variance measured"
+
+
+def fmt_interval(low: float | None, high: float | None, unit: str = "", digits: int = 4) -> str:
+    """An interval as ``low – high unit``; :data:`NO_VARIANCE` when it has no width (the
+    value carries no variance: a zero-width interval would claim a certainty nobody
+    measured), ``unknown`` when an end is missing or not finite."""
+    if low is None or high is None or not (math.isfinite(low) and math.isfinite(high)):
+        return "unknown"
+    if high - low <= 1e-12 * max(1.0, abs(low), abs(high)):
+        return NO_VARIANCE
+    suffix = f" {unit}" if unit else ""
+    return f"{fmt_num(low, digits)} – {fmt_num(high, digits)}{suffix}"
+
+
 def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
     """Round tick values covering [low, high] (1-2-5 steps)."""
     if not (math.isfinite(low) and math.isfinite(high)):
@@ -111,8 +131,69 @@ class Scale:
             lo, hi = lo - pad * span, hi + pad * span
         return cls(lo, hi, p0, p1)
 
+    #: What :func:`svg_axes` writes as the axis's ``data-scale``.
+    kind = "linear"
+
     def __call__(self, value: float) -> float:
         return self.p0 + (value - self.lo) / (self.hi - self.lo) * (self.p1 - self.p0)
+
+    def ticks(self) -> list[float]:
+        """Round tick values inside the scale (1-2-5 steps)."""
+        return nice_ticks(self.lo, self.hi)
+
+
+def log_ticks(low: float, high: float) -> list[float]:
+    """Tick values for a log axis over [low, high] (both > 0): the decades alone when at
+    least three fall inside, else with 2 and 5 between them, else every digit; a range
+    too narrow even for that gets linear 1-2-5 ticks (placed on the log axis)."""
+    if not (math.isfinite(low) and math.isfinite(high)) or low <= 0 or high <= low:
+        return []
+    first, last = math.floor(math.log10(low)), math.ceil(math.log10(high))
+    every = max(1, math.ceil((last - first) / 8))  # at most about eight decade labels
+    for steps in ((1.0,), (1.0, 2.0, 5.0), tuple(float(d) for d in range(1, 10))):
+        ticks = [
+            float(f"{m * 10.0**k:.12g}")
+            for k in range(first, last + 1)
+            if len(steps) > 1 or (k - first) % every == 0
+            for m in steps
+        ]
+        inside = [t for t in ticks if low * (1 - 1e-9) <= t <= high * (1 + 1e-9)]
+        if len(inside) >= 3:
+            return inside
+    return nice_ticks(low, high)
+
+
+@dataclass(frozen=True)
+class LogScale:
+    """Logarithmic map from data [lo, hi] (both > 0) to pixels [p0, p1]."""
+
+    lo: float
+    hi: float
+    p0: float
+    p1: float
+
+    kind = "log"
+
+    @classmethod
+    def fit(cls, values: Sequence[float], p0: float, p1: float, pad: float = 0.05) -> LogScale:
+        """A scale covering the positive ``values`` with ``pad`` of the span (in decades)
+        added on both sides."""
+        positive = [v for v in values if math.isfinite(v) and v > 0]
+        if not positive:
+            return cls(1.0, 10.0, p0, p1)
+        lo, hi = math.log10(min(positive)), math.log10(max(positive))
+        width = hi - lo if hi > lo else 0.1
+        return cls(10 ** (lo - pad * width), 10 ** (hi + pad * width), p0, p1)
+
+    def __call__(self, value: float) -> float:
+        # A value ≤ 0 has no place on a log axis: it is pinned to the lower edge.
+        v = math.log10(value) if value > 0 else math.log10(self.lo)
+        a, b = math.log10(self.lo), math.log10(self.hi)
+        return self.p0 + (v - a) / (b - a) * (self.p1 - self.p0)
+
+    def ticks(self) -> list[float]:
+        """Decade ticks (see :func:`log_ticks`)."""
+        return log_ticks(self.lo, self.hi)
 
 
 def svg_open(width: float, height: float, label: str, css_class: str = "chart") -> str:
@@ -124,27 +205,32 @@ def svg_open(width: float, height: float, label: str, css_class: str = "chart") 
     )
 
 
-def svg_axes(x: Scale, y: Scale, x_label: str, y_label: str, height: float) -> str:
-    """Axes, grid lines, tick labels and axis titles for a plot area."""
-    parts = ['<g class="axes">']
+def svg_axes(
+    x: Scale | LogScale, y: Scale | LogScale, x_label: str, y_label: str, height: float
+) -> str:
+    """Axes, grid lines, tick labels and axis titles for a plot area; the group says each
+    axis's kind (``data-x-scale="log"``) and a log axis's title says so."""
+    parts = [f'<g class="axes" data-x-scale="{x.kind}" data-y-scale="{y.kind}">']
     left, right = min(x.p0, x.p1), max(x.p0, x.p1)
     top, bottom = min(y.p0, y.p1), max(y.p0, y.p1)
-    for tick in nice_ticks(y.lo, y.hi):
+    x_label = _log_title(x_label) if x.kind == "log" else x_label
+    y_label = _log_title(y_label) if y.kind == "log" else y_label
+    for tick in y.ticks():
         py = y(tick)
         parts.append(
             f'<line class="grid" x1="{left:.1f}" x2="{right:.1f}" y1="{py:.1f}" y2="{py:.1f}"/>'
         )
         parts.append(
-            f'<text class="tick" x="{left - 6:.1f}" y="{py + 4:.1f}" text-anchor="end">'
+            f'<text class="tick y-tick" x="{left - 6:.1f}" y="{py + 4:.1f}" text-anchor="end">'
             f"{esc(fmt_num(tick))}</text>"
         )
-    for tick in nice_ticks(x.lo, x.hi):
+    for tick in x.ticks():
         px = x(tick)
         parts.append(
             f'<line class="grid" x1="{px:.1f}" x2="{px:.1f}" y1="{top:.1f}" y2="{bottom:.1f}"/>'
         )
         parts.append(
-            f'<text class="tick" x="{px:.1f}" y="{bottom + 16:.1f}" text-anchor="middle">'
+            f'<text class="tick x-tick" x="{px:.1f}" y="{bottom + 16:.1f}" text-anchor="middle">'
             f"{esc(fmt_num(tick))}</text>"
         )
     parts.append(
@@ -163,6 +249,13 @@ def svg_axes(x: Scale, y: Scale, x_label: str, y_label: str, height: float) -> s
     )
     parts.append("</g>")
     return "".join(parts)
+
+
+def _log_title(label: str) -> str:
+    """``time (ms)`` → ``time (ms, log scale)``."""
+    if label.endswith(")"):
+        return label[:-1] + ", log scale)"
+    return label + " (log scale)"
 
 
 def _lerp_color(t: float) -> str:
