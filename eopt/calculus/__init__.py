@@ -6,8 +6,9 @@ command that needs one operator should not wait for all of it.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from eopt.model.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from eopt.calculus.contextual import ContextOutsideError, ContextualSignature, ContextWarning
@@ -144,14 +145,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'eopt.calculus' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # looked up once
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())

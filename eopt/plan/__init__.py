@@ -14,8 +14,9 @@ solvers, and reading a plan file should not wait for the pipeline generators.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from eopt.model.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from eopt.model.planfile import Plan, PlanDevice, PlanElement, PlanError, read_plan, write_plan
@@ -67,14 +68,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'eopt.plan' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # looked up once
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())

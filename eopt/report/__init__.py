@@ -7,9 +7,10 @@ files and their graph library; matplotlib loads only when a plot is drawn.
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from eopt.model.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from eopt.report.breakdown import Baseline, EnergyBreakdown, baseline_of, energy_breakdown
@@ -75,14 +76,4 @@ def plot_frontier(frontier: Any, path: str | Path, **options: Any) -> Path:
     return _plot(frontier, path, **options)
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'eopt.report' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # looked up once
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())

@@ -45,7 +45,12 @@ NO_SCIENCE = (*GRAPHS_PLOTS_SOLVERS, "scipy", "eopt.calculus")
 LIGHT = (*NO_SCIENCE, "numpy", "eopt.sim")
 
 #: `eopt --help` lists the commands; it needs click and nothing of eopt's library.
-TOP = (*LIGHT, "yaml", "rich.console", "eopt.model", "eopt.devices", "eopt.measure")
+TOP = (
+    *LIGHT, "yaml", "rich.console", "eopt.devices", "eopt.measure",
+    # Of the model layer only eopt.model.lazy (the packages' lazy names) may load.
+    "eopt.model.fileformats", "eopt.model.units", "eopt.model.signature",
+    "eopt.model.library", "eopt.model.trace", "eopt.model.planfile", "eopt.model.schedule",
+)  # fmt: skip
 
 #: command line → modules it must not import.
 HELP_ROWS: dict[str, tuple[str, ...]] = {
