@@ -7,6 +7,16 @@ deep copies and fences on ``CLOCK_REALTIME`` (ns since the UNIX epoch, the clock
 :func:`time.time_ns`), and it writes them as ``events.csv`` + ``metadata.json`` in the
 dashboard layout; ``eopt measure --kokkos`` adds the power it sampled meanwhile.
 
+While the program runs, the callbacks only store binary records; the connector's own
+thread appends them to ``events.records`` in the trace folder every 10 ms. The text is
+written once, when the program ends: by ``Kokkos::finalize``, by an exit without it, or
+by a fatal signal (SIGABRT, SIGSEGV, SIGTERM, SIGINT …, after which the program's own
+handler or the default action still runs). ``metadata.json`` then says how it ended
+(``"ended"``, ``"message"``: "the program was killed by SIGABRT; 2001 events kept").
+After a SIGKILL only the records remain, and eopt's reader takes the events from them.
+Names are written as valid UTF-8 and whole; unnamed kernels' type names are demangled;
+regions nest to any depth.
+
 The library is compiled with the system C compiler into a per-user cache
 (``$XDG_CACHE_HOME/eopt/kokkos/<hash>/``, default ``~/.cache``), once per source version
 and compiler.

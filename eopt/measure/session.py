@@ -175,6 +175,10 @@ def trace_folder(folder: str | os.PathLike[str], force: bool = False) -> Iterato
         lock.release()
 
 
+#: What an older trace leaves in its folder (the connector's records while it runs).
+_TRACE_FILES = ("events.csv", "power_samples.csv", "metadata.json", "events.records")
+
+
 def _prepare(folder: Path, force: bool) -> None:
     if folder.exists() and not folder.is_dir():
         raise SessionError(f"{folder}: exists and is not a folder; name a folder for the trace")
@@ -183,11 +187,11 @@ def _prepare(folder: Path, force: bool) -> None:
             raise SessionError(
                 f"{folder}: not empty; choose a new folder or pass --force to overwrite"
             )
-        for stale in ("events.csv", "power_samples.csv", "metadata.json"):
+        for stale in _TRACE_FILES:
             (folder / stale).unlink(missing_ok=True)
         for child in folder.iterdir():
             if child.is_dir() and RANK_DIR.match(child.name):
-                for stale in ("events.csv", "power_samples.csv", "metadata.json"):
+                for stale in _TRACE_FILES:
                     (child / stale).unlink(missing_ok=True)
     folder.mkdir(parents=True, exist_ok=True)
 

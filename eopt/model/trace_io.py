@@ -7,7 +7,9 @@ Layouts read by :func:`read_traces` (detected from what the path holds):
     ns since the UNIX epoch), ``power_samples.csv`` (``timestamp_ns,domain,device_id,
     power_watts``; one series per (domain, device_id); an ``energy_joules`` column of older
     files is ignored), and optionally ``metadata.json``. An MPI run is a folder of
-    ``rank_<N>/`` folders, one trace each.
+    ``rank_<N>/`` folders, one trace each. eopt's Kokkos connector leaves its binary
+    ``events.records`` beside ``events.csv`` only when the program died before it could
+    convert them (SIGKILL): the events are then read from the records.
 ``kokkos-raw`` — one run of the Kokkos Tools NVML connector: ``<run>-nvml-power.csv``
     (``time_epoch_ns,power_w``), ``<run>-nvml-regions.csv`` and ``<run>-nvml-kernels.csv``
     (``name,type,start_time_epoch_ns,end_time_epoch_ns,duration_ns``). Nesting is
@@ -27,12 +29,15 @@ order.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import datetime as dt
 import decimal
 import io
 import math
 import os
 import re
+import struct
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +60,7 @@ from eopt.model.trace import (
     PowerSeries,
     Trace,
     TraceError,
+    TraceWarning,
     check_plausible,
     nest_by_time,
 )
@@ -77,6 +83,13 @@ POWER_HEADER = ("timestamp_ns", "domain", "device_id", "power_watts")
 RAW_SUFFIXES = ("-nvml-power.csv", "-nvml-regions.csv", "-nvml-kernels.csv")
 #: An MPI rank's folder inside a trace folder.
 RANK_DIR = re.compile(r"^rank_(\d+)$")
+#: The Kokkos connector's binary records (eopt/measure/kokkos_connector.c says the layout).
+RECORDS_FILE = "events.records"
+#: An events file may hold a few bytes that are not UTF-8 in its names (one in Latin-1):
+#: read as U+FFFD, with a warning. At most this many, or one byte in this many; more, a
+#: NUL byte, or a bad byte in the header means it is no text file.
+_BAD_BYTES_MIN, _BAD_BYTES_PER = 16, 1000
+_ESCAPED = re.compile("[\udc80-\udcff]+")
 # Fields past this size are not a trace's (a binary or a wrong file): refuse, do not hang.
 _MAX_FIELD = 1 << 20
 
@@ -119,7 +132,9 @@ class PowerCsvOptions:
 
 
 # CSV helpers ------------------------------------------------------------------------------
-def _open_text(path: Path) -> str:
+def _open_text(path: Path, *, lenient: bool = False) -> str:
+    """The text of a trace file, bounded in size; ``lenient`` reads a few bytes that are
+    not UTF-8 as U+FFFD, warning where they are."""
     try:
         if not (path.is_file() or path.is_fifo() or not path.exists() or path.is_dir()):
             raise TraceError(f"{path}: is a device or socket, not a trace file; name a file")
@@ -136,6 +151,9 @@ def _open_text(path: Path) -> str:
     try:
         return raw.decode("utf-8-sig")  # a BOM on the header is fine
     except UnicodeDecodeError as exc:
+        text = _with_few_bad_bytes(raw, exc, path) if lenient else None
+        if text is not None:
+            return text
         kind = "JSON" if path.suffix.lower() == ".json" else "CSV"
         line = raw.count(b"\n", 0, exc.start) + 1
         raise TraceError(
@@ -143,9 +161,30 @@ def _open_text(path: Path) -> str:
         ) from None
 
 
-def _rows(path: Path, required: Sequence[str]) -> Iterator[tuple[int, dict[str, str]]]:
+def _with_few_bad_bytes(raw: bytes, first: UnicodeDecodeError, path: Path) -> str | None:
+    """``raw`` decoded with its bytes that are not UTF-8 as U+FFFD, warning where they are;
+    None when there are too many for a text file."""
+    line = raw.count(b"\n", 0, first.start) + 1
+    if line == 1 or b"\0" in raw:
+        return None
+    escaped = raw.decode("utf-8-sig", "surrogateescape")
+    bad = sum(len(m.group()) for m in _ESCAPED.finditer(escaped))
+    if bad > max(_BAD_BYTES_MIN, len(raw) // _BAD_BYTES_PER):
+        return None
+    warnings.warn(
+        f"{path}:{line}: {bad} byte(s) that are not UTF-8 (the first at byte {first.start}); "
+        "read as U+FFFD (\ufffd) in the names they are in",
+        TraceWarning,
+        stacklevel=4,
+    )
+    return raw.decode("utf-8-sig", "replace")
+
+
+def _rows(
+    path: Path, required: Sequence[str], *, lenient: bool = False
+) -> Iterator[tuple[int, dict[str, str]]]:
     """(line number, row) of a CSV with a header holding every ``required`` column."""
-    text = _open_text(path)
+    text = _open_text(path, lenient=lenient)
     csv.field_size_limit(_MAX_FIELD)
     reader = csv.reader(io.StringIO(text))
     try:
@@ -267,9 +306,24 @@ def _series(
 
 # Dashboard layout -------------------------------------------------------------------------
 def read_events(path: Path) -> list[Event]:
-    """The events of an ``events.csv`` (dashboard layout); extra columns are ignored."""
+    """The events of an ``events.csv`` (dashboard layout); extra columns are ignored.
+
+    A few bytes that are not UTF-8 are read as U+FFFD, with a warning naming the line.
+    When the Kokkos connector's ``events.records`` lies beside the file and holds more
+    events (the program was killed before the connector wrote ``events.csv``), the events
+    come from the records, with a warning saying so.
+    """
+    records = path.with_name(RECORDS_FILE)
+    if records.is_file():
+        recovered = _recover_records(records, path)
+        if recovered is not None:
+            return recovered
+    return _read_events_csv(path)
+
+
+def _read_events_csv(path: Path) -> list[Event]:
     events = []
-    for lineno, row in _rows(path, EVENTS_HEADER):
+    for lineno, row in _rows(path, EVENTS_HEADER, lenient=True):
         where = f"{path}:{lineno}"
         category = row["category"].upper()
         if not category:
@@ -288,6 +342,128 @@ def read_events(path: Path) -> list[Event]:
                 ),
             )
         )
+    return events
+
+
+# The Kokkos connector's records -----------------------------------------------------------
+#: record_t of the connector: tag (id in bits 0-55, category in 56-59, kind in 60-63),
+#: parent id, start and end (ns), name number, Kokkos device id.
+_RECORD = np.dtype(
+    [
+        ("tag", "<u8"),
+        ("parent", "<u8"),
+        ("start", "<u8"),
+        ("end", "<u8"),
+        ("name", "<u4"),
+        ("device", "<u4"),
+    ]
+)
+_CONNECTOR_CATEGORIES = (*CATEGORIES, "FENCE")
+_BLOCK = struct.Struct("<IIIIQII")
+_BLOCK_MAGIC, _BLOCK_RECORDS, _BLOCK_NAME, _BLOCK_STACK = 0x424B4F45, 1, 2, 3
+_KIND_CLOSED, _KIND_OPEN = 1, 3
+
+
+@dataclass(frozen=True)
+class _Records:
+    """What a records file holds: closed events in the order they closed, then the ones
+    still open at the last stack written (innermost first), ending at ``last_ns``."""
+
+    closed: np.ndarray
+    open: np.ndarray
+    names: dict[int, str]
+    last_ns: int
+
+
+def _parse_records(path: Path) -> _Records:
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise TraceError(f"{path}: larger than {MAX_FILE_BYTES // 1024**3} GiB")
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if len(raw) < 64 or raw[:8] != b"EOPTKKR1":
+        raise TraceError(f"{path}: not a records file of eopt's Kokkos connector")
+    version, record_bytes, header_bytes, first = struct.unpack_from("<4I", raw, 8)
+    if version != 1 or record_bytes != _RECORD.itemsize or header_bytes != _BLOCK.size:
+        raise TraceError(
+            f"{path}: records of another connector version ({version}); read them with the "
+            "eopt that recorded them, or upgrade eopt"
+        )
+    names: dict[int, str] = {}
+    closed: list[np.ndarray] = []
+    stacks: dict[int, tuple[int, np.ndarray]] = {}
+    off = first
+    while off + _BLOCK.size <= len(raw):
+        magic, kind, size, thread, value, count, _ = _BLOCK.unpack_from(raw, off)
+        if magic != _BLOCK_MAGIC or size < _BLOCK.size or off + size > len(raw):
+            break  # the end, or a block the kill cut short
+        body, room = off + _BLOCK.size, size - _BLOCK.size
+        if kind == _BLOCK_NAME and value <= room:
+            names[count] = raw[body : body + value].decode("utf-8", "replace")
+        elif kind in (_BLOCK_RECORDS, _BLOCK_STACK) and count * _RECORD.itemsize <= room:
+            block = np.frombuffer(raw, dtype=_RECORD, count=count, offset=body)
+            if kind == _BLOCK_RECORDS:
+                closed.append(block)
+            else:
+                stacks[thread] = (value, block)
+        off += size
+    done = np.concatenate(closed) if closed else np.empty(0, _RECORD)
+    done = done[(done["tag"] >> np.uint64(60)) == _KIND_CLOSED]
+    still = [b[::-1] for _, b in stacks.values()]
+    opened = np.concatenate(still) if still else np.empty(0, _RECORD)
+    opened = opened[(opened["tag"] >> np.uint64(60)) == _KIND_OPEN]
+    # an open event of a stale stack that closed since is the closed one
+    ids = done["tag"] & np.uint64((1 << 56) - 1)
+    opened = opened[~np.isin(opened["tag"] & np.uint64((1 << 56) - 1), ids)]
+    times = [int(done["end"].max()) if done.size else 0]
+    times += [t for t, _ in stacks.values()] + [int(opened["start"].max()) if opened.size else 0]
+    return _Records(done, opened, names, max(times))
+
+
+def _recover_records(records: Path, csv_path: Path) -> list[Event] | None:
+    """The events of the connector's records, when they hold more than ``csv_path``."""
+    found = _parse_records(records)
+    events: list[Event] = []
+    seen: set[int] = set()
+    for kind, block in (("record", found.closed), ("open event", found.open)):
+        for i, (tag, parent, start, end, name, device) in enumerate(block.tolist()):
+            event_id, category = tag & ((1 << 56) - 1), (tag >> 56) & 15
+            if category >= len(_CONNECTOR_CATEGORIES) or event_id in seen:
+                continue
+            seen.add(event_id)
+            events.append(
+                Event(
+                    id=event_id,
+                    parent_id=parent,
+                    name=found.names.get(name, ""),
+                    category=_CONNECTOR_CATEGORIES[category],
+                    start_ns=start,
+                    end_ns=end if kind == "record" else max(found.last_ns, start),
+                    where=f"{records}: {kind} {i + 1}",
+                    device_id=device,
+                )
+            )
+    try:
+        written = len(_read_events_csv(csv_path)) if csv_path.exists() else 0
+    except TraceError:
+        written = 0
+    if len(events) <= written:
+        return None
+    # an event whose parent closed in the last moments, unrecorded, becomes top-level
+    orphans = 0
+    for i, e in enumerate(events):
+        if e.parent_id and e.parent_id not in seen:
+            events[i] = dataclasses.replace(e, parent_id=0)
+            orphans += 1
+    warnings.warn(
+        f"{records}: the program ended before the Kokkos connector wrote {csv_path.name} "
+        f"(killed by SIGKILL?); {len(events)} events read from its records, "
+        f"{len(found.open)} of them still open and ended at the last time recorded"
+        + (f", {orphans} whose parent was lost made top-level" if orphans else ""),
+        TraceWarning,
+        stacklevel=3,
+    )
     return events
 
 
@@ -662,7 +838,7 @@ def detect_layout(path: str | os.PathLike[str]) -> str:
     if p.is_dir():
         if any(RANK_DIR.match(c.name) and c.is_dir() for c in p.iterdir()):
             return "mpi"
-        if (p / "events.csv").exists() or (p / "power_samples.csv").exists():
+        if any((p / f).exists() for f in ("events.csv", "power_samples.csv", RECORDS_FILE)):
             return "dashboard"
         runs = _raw_runs(p)
         if len(runs) == 1:

@@ -3,10 +3,9 @@ against Debian's Kokkos, and driven callback by callback through ctypes."""
 
 from __future__ import annotations
 
-import collections
+import importlib.util
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -21,51 +20,27 @@ from eopt.cli import measure as measure_cli
 from eopt.measure.kokkos import KokkosBuildError, build_connector, connector_env, find_compiler
 from eopt.model.trace_io import read_events, read_trace, read_traces
 
-KOKKOS_HEADER = Path("/usr/include/trilinos/Kokkos_Core.hpp")
+_spec = importlib.util.spec_from_file_location(
+    "_kokkos_programs", Path(__file__).with_name("test_kokkos_programs.py")
+)
+helpers = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(helpers)
+connector = helpers.connector  # the fixture, built once per session
+structure = helpers.structure
 
 
 @pytest.fixture(scope="module")
-def connector(tmp_path_factory) -> Path:
-    return build_connector(cache_dir=tmp_path_factory.mktemp("cache"))
-
-
-@pytest.fixture(scope="module")
-def kokkos_app(tmp_path_factory, data_file) -> Path:
+def kokkos_app(app) -> Path:
     """The test program (tests/data/kokkos/app.cpp) built against Debian's Kokkos."""
-    cxx = shutil.which("g++") or shutil.which("c++")
-    if cxx is None or not KOKKOS_HEADER.exists():
-        pytest.fail(
-            "Debian's Kokkos is needed: apt-get install -y g++ libtrilinos-kokkos-dev "
-            "(scripts/test.sh does this when run as root)",
-            pytrace=False,
-        )
-    out = tmp_path_factory.mktemp("app") / "app"
-    cmd = [
-        cxx,
-        "-O1",
-        "-std=c++17",
-        f"-I{KOKKOS_HEADER.parent}",
-        str(data_file("kokkos/app.cpp")),
-        "-o",
-        str(out),
-        "-ltrilinos_kokkoscore",
-        "-ldl",
-    ]
-    subprocess.run(cmd, check=True, capture_output=True, timeout=600)
-    return out
+    return app
+
+
+app = helpers.app
 
 
 def run_app(app: Path, connector: Path, trace_dir: Path, *args: str, **env: str) -> None:
     full = {**os.environ, **connector_env(connector, trace_dir), **env}
     subprocess.run([str(app), *args], check=True, env=full, timeout=120)
-
-
-def structure(events) -> collections.Counter:
-    """(name, category, parent's name) of every event, counted."""
-    by_id = {e.id: e for e in events}
-    return collections.Counter(
-        (e.name, e.category, by_id[e.parent_id].name if e.parent_id else None) for e in events
-    )
 
 
 EXPECTED = {
@@ -257,7 +232,10 @@ def test_every_callback_through_ctypes_including_bad_orders(connector, tmp_path)
         "end_without_begin": 3,
         "too_deep": 0,
         "lost": 0,  # the metadata is written at finalize; later callbacks are dropped
+        "names_cut": 0,
     }
+    assert meta["ended"] == "finalize"
+    assert meta["message"] == "the program finalized Kokkos; 7 events kept"
     assert meta["kokkos_devices"] == [0, 7]
 
 
@@ -333,3 +311,50 @@ def test_repeated_kokkos_runs_of_two_variants_compare(
     assert data["reduction"]["time"]["value"] > 0.3
     assert data["reduction"]["energy"]["value"] > 0.3
     assert data["a"]["median"]["power_w"] == pytest.approx(200.0, rel=1e-3)
+
+
+THREADS_DRIVER = textwrap.dedent(
+    """
+    import ctypes, sys, threading
+
+    lib = ctypes.CDLL(sys.argv[1])
+    lib.kokkosp_init_library(0, ctypes.c_uint64(20210225), 0, None)
+
+    def work(k):
+        kid = ctypes.c_uint64()
+        for _ in range(3000):
+            lib.kokkosp_push_profile_region(f"t{k}".encode())
+            lib.kokkosp_begin_parallel_for(f"k{k}".encode(), k, ctypes.byref(kid))
+            lib.kokkosp_end_parallel_for(kid)
+            lib.kokkosp_pop_profile_region()
+        if k == 0:
+            lib.kokkosp_push_profile_region(b"left open")  # the thread ends inside it
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    lib.kokkosp_finalize_library()
+    """
+)
+
+
+def test_threads_record_side_by_side(connector, tmp_path) -> None:
+    """Four threads at once, each with its own stack and ring: every event comes back
+    once, nested on its own thread; a region open when its thread ends ends with it."""
+    folder = tmp_path / "threads"
+    env = {**os.environ, "EOPT_KOKKOS_TRACE_DIR": str(folder)}
+    subprocess.run(
+        [sys.executable, "-c", THREADS_DRIVER, str(connector)], env=env, check=True, timeout=120
+    )
+    events = read_events(folder / "events.csv")
+    expected = {("left open", "USER_REGION", None): 1}
+    for k in range(4):
+        expected[(f"t{k}", "USER_REGION", None)] = 3000
+        expected[(f"k{k}", "PARALLEL_FOR", f"t{k}")] = 3000
+    assert structure(events) == expected
+    assert len({e.id for e in events}) == len(events)
+    assert {e.device_id for e in events if e.name == "k3"} == {3}
+    counts = json.loads((folder / "metadata.json").read_text())["counts"]
+    assert counts["unclosed"] == 1 and counts["lost"] == 0
