@@ -7,6 +7,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from eopt.model.fileformats import (
+    MAX_LINE_BYTES,
     FileFormatError,
     Where,
     atomic_write_text,
@@ -37,6 +38,8 @@ _WHAT = "a signature library"
 
 def _iter_lines(path: Path) -> Iterator[tuple[int, Signature]]:
     file = Where(str(path), error=LibraryError)
+    if path.exists() and not (path.is_file() or path.is_fifo() or path.is_dir()):
+        file.fail(f"is a device or socket, not {_WHAT}; name a .jsonl file")
     try:
         handle = path.open("rb")
     except FileNotFoundError:
@@ -46,8 +49,11 @@ def _iter_lines(path: Path) -> Iterator[tuple[int, Signature]]:
     except OSError as exc:
         file.fail(f"cannot read ({exc.strerror})")
     with handle:
-        for lineno, raw in enumerate(handle, start=1):
+        lines = iter(lambda: handle.readline(MAX_LINE_BYTES + 1), b"")
+        for lineno, raw in enumerate(lines, start=1):
             at = file.at_line(lineno)
+            if len(raw) > MAX_LINE_BYTES:
+                at.fail(f"a line longer than {MAX_LINE_BYTES // 1024**2} MiB; not {_WHAT}")
             # Decoded per line, so a binary or mis-encoded file is reported at its line.
             text = decode_utf8(raw, at, what="a library (one JSON object a line)").strip()
             if not text or text.startswith("#"):

@@ -46,6 +46,7 @@ def _one_line_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     "argv",
     [
         ["solve", "/dev/zero"],
+        ["compose", "/dev/zero", "a"],
         ["attribute", "/dev/zero"],
         ["frontier", "/dev/zero"],
     ],
