@@ -544,6 +544,11 @@ class CsvTable:
     rows: list[tuple[int, list[str]]]
 
 
+#: The longest field of an eopt table (frontier, profile), in characters: the csv
+#: module's own default, far above any number or name.
+MAX_CSV_FIELD = 131_072
+
+
 def read_csv(path: str | os.PathLike[str], where: Where, *, what: str) -> CsvTable:
     """Read a CSV table with a header row.
 
@@ -561,6 +566,9 @@ def read_csv(path: str | os.PathLike[str], where: Where, *, what: str) -> CsvTab
         module's size limit, malformed quoting, or a cut-off last line.
     """
     content = read_text(path, where, what=what)
+    # The csv module's limit is process-wide and trace readers raise it: set the tables'
+    # own, so a file reads the same whatever was read before it.
+    csv.field_size_limit(MAX_CSV_FIELD)
     # strict: an unclosed quote is an error, not a field that swallows the rest of the file
     reader = csv.reader(io.StringIO(content, newline=""), strict=True)
     header: list[str] | None = None
@@ -575,7 +583,7 @@ def read_csv(path: str | os.PathLike[str], where: Where, *, what: str) -> CsvTab
         at = where.at_line(max(1, reader.line_num))  # the line being read
         if "field larger than field limit" in str(exc):
             at.fail(
-                f"a field is longer than {csv.field_size_limit()} characters; is this "
+                f"a field is longer than {MAX_CSV_FIELD} characters; is this "
                 f"{what} (a CSV table)?"
             )
         at.fail(f"not a valid CSV row ({exc})")

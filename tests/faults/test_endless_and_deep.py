@@ -215,3 +215,18 @@ def test_backwards_sample_times_are_refused_not_dropped(tmp_path, capsys, argv):
     good.write_text(json.dumps(_measurement([0.0, 0.2, 0.4, 0.6])))
     code, err = _run([a.format(m=good, out=tmp_path) for a in argv], capsys)
     assert code == 0, err
+
+
+def test_a_tables_field_limit_does_not_depend_on_what_was_read_before(tmp_path):
+    """Trace readers raise the csv module's process-wide field limit; a frontier table
+    read after a trace must still refuse an oversized field (it passed before)."""
+    import csv
+
+    from eopt.report.inputs import ReportInputError, read_frontier_csv
+
+    read_trace(_dashboard(tmp_path / "t"))  # a dashboard read sets the trace limit
+    assert csv.field_size_limit() > 200_000
+    table = tmp_path / "f.csv"
+    table.write_text("makespan_s,energy_j\n1," + "9" * 200_000 + "\n")
+    with pytest.raises(ReportInputError, match=r"f\.csv:2: a field is longer than 131072"):
+        read_frontier_csv(table)
