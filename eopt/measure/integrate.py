@@ -371,7 +371,9 @@ class SensorTrace:
                 f"[{start_s:.6g}, {end_s:.6g}] s"
             )
         with self._lock:
-            if self.kind == "interval_mean":
+            if end_s == start_s:  # an empty window holds no energy, whatever the pieces say
+                energy = 0.0
+            elif self.kind == "interval_mean":
                 energy = float(self._interval_mean_window(start_s, end_s))
             else:
                 energy = float(self._point_window(start_s, end_s))

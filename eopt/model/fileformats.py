@@ -583,8 +583,7 @@ def read_csv(path: str | os.PathLike[str], where: Where, *, what: str) -> CsvTab
         at = where.at_line(max(1, reader.line_num))  # the line being read
         if "field larger than field limit" in str(exc):
             at.fail(
-                f"a field is longer than {MAX_CSV_FIELD} characters; is this "
-                f"{what} (a CSV table)?"
+                f"a field is longer than {MAX_CSV_FIELD} characters; is this {what} (a CSV table)?"
             )
         at.fail(f"not a valid CSV row ({exc})")
     if header is None:
