@@ -125,6 +125,7 @@ def frontier(
     ip = scaled(original)
     time_unit, energy_unit = ip.time_unit, ip.energy_unit
     lp = None if ip.coupled or method != "relax" else HullLP(ip)
+    lp_name = "HiGHS LP" if lp is None or lp.method == "highs" else "network LP"
     small = milp_columns(ip) <= EXACT_COLUMNS
     exact = ExactModel(ip, None) if small and not ip.coupled and method != "milp" else None
     exact_s = min(EXACT_POINT_S, time_limit_per_point)
@@ -189,7 +190,7 @@ def frontier(
         res = relax_once(lp, scaled_deadline, seeds)
         if res is None:  # only at the fastest makespan, by float rounding in the LP
             return tightened(solved(deadline), deadline)
-        sol = wrap(res.modes, deadline, res.bound, "HiGHS LP + rounding", t0)
+        sol = wrap(res.modes, deadline, res.bound, f"{lp_name} + rounding", t0)
         return tightened(sol, deadline)
 
     def end(deadline: float | None) -> Solution:
@@ -216,7 +217,7 @@ def frontier(
             res = relax_once(lp, deadline / time_unit, [fast])
             if res is None:  # the LP says infeasible: only by float rounding
                 return tightened(solved(deadline), deadline)
-            start, bound, solver = res.modes, res.bound, "HiGHS LP + rounding + local search"
+            start, bound, solver = res.modes, res.bound, f"{lp_name} + rounding + local search"
         except TimeLimitReached:
             start, bound, solver = list(fast), math.nan, "fastest plan + local search"
         finally:

@@ -40,12 +40,14 @@ GENERATOR_SHARE = 0.4
 #: Share of the relax stages' time that tiling may use at least, after rounding.
 TILING_SHARE = 0.2
 
-#: Modes a second that `HullLP` builds, about (390 000 measured on one core): below
-#: the time that building needs, the relax stages go without the LP.
+#: Modes a second that `HullLP` builds, about (390 000 measured on one core for its
+#: HiGHS model; its network is built faster): below the time that building needs, the
+#: relax stages go without the LP.
 HULL_MODES_PER_S = 300_000
 
 #: Solver descriptions.
 RELAX_SOLVER = "HiGHS LP + rounding + local search"
+NETWORK_RELAX_SOLVER = "network LP + rounding + local search"
 LP_OUT_OF_TIME = "fastest plan + local search (the LP relaxation ran out of time)"
 
 
@@ -74,7 +76,7 @@ def relax_stages(
             raise TimeLimitReached("no time left to build the LP relaxation")
         lp = lp or HullLP(ip)
         lp.budget = budget
-        inc.solver = RELAX_SOLVER
+        inc.solver = RELAX_SOLVER if lp.method == "highs" else NETWORK_RELAX_SOLVER
         generators = budget.until(GENERATOR_SHARE)
         point = rounding_stage(lp, inc, t_fast, generators)
         if point is None:  # the LP says infeasible: only by float rounding at the boundary
