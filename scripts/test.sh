@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Sets up everything the test suite needs on a fresh machine, then runs it.
-#   - eopt with its test extras (pip, editable)
+#   - eopt with its test and Ray extras (pip, editable), so the distributed sweeps are tested
 #   - Chromium, g++ and Debian's Kokkos for the report and Kokkos-connector tests
 #     (Debian/Ubuntu, when running as root)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export MPLBACKEND=Agg
-python3 -m pip install -q -e ".[test]"
+python3 -m pip install -q -e ".[test,ray]"
 # System packages some tests need: Chromium (the report-rendering test), a C++ compiler and
 # Debian's Kokkos (the Kokkos Tools connector, run under a real Kokkos program).
 missing=()

@@ -22,6 +22,7 @@ __all__ = ["hoist_debug", "main"]
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("eopt.cli.demo", "Run the whole pipeline on the simulated GPU in under a minute."),
     "sweep": ("eopt.cli.sweep", "Measure a kernel over implementations × operating points."),
+    "library": ("eopt.cli.library", "Join signature libraries: the shards of one sweep."),
     "measure": ("eopt.cli.measure", "Measure the energy of one command and its regions."),
     "attribute": ("eopt.cli.attribute", "Charge a recorded trace's energy to regions and kernels."),
     "kokkos": ("eopt.cli.kokkos", "Build or attach eopt's Kokkos Tools connector."),

@@ -32,7 +32,9 @@ from eopt.devices.base import DeviceError, DevicePermissionError
 from eopt.measure.command import MeasureError
 from eopt.measure.meter import MeterError
 from eopt.model.signature import Signature
+from eopt.runs.gpus import GpuSpec, is_simulated
 from eopt.runs.repeat import RepeatPolicy
+from eopt.runs.shard import Shard, ShardError
 from eopt.runs.sweep import (
     Cell,
     Grid,
@@ -183,8 +185,10 @@ def result_json(result: SweepResult, grid: Grid, device: Any, dominance: str) ->
             **({"uuid": device.uuid} if isinstance(getattr(device, "uuid", None), str) else {}),
         },
         "cells_in_grid": len(grid),
+        "cells_swept": len(result.signatures),
         "measured": len(result.measured),
         "resumed": result.skipped,
+        "failed": [cell.to_dict() for cell in result.failed],
         "notes": [*grid.notes, *result.repairs],
         "cells": cells,
         "frontier": front.to_rows(),
@@ -290,6 +294,33 @@ _SECONDS_HELP = "s; a bare number, or with s or ms"
     help="Never change the GPU: measure at its current setting (shared machines).",
 )
 @click.option("--resume", is_flag=True, help="Skip cells already in the output file.")
+@click.option(
+    "--shard",
+    metavar="K/N",
+    help="Measure only share K of N of the grid's operating points (1 ≤ K ≤ N), e.g. "
+    "--shard $SLURM_ARRAY_TASK_ID/8 in a job array: every share computes the same split, "
+    "balanced by expected cost, and `eopt library merge` joins the parts.",
+)
+@click.option(
+    "--ray",
+    "ray_address",
+    is_flag=False,
+    flag_value="local",
+    default=None,
+    metavar="local|ADDRESS",
+    help="Spread the sweep over the GPUs of a Ray cluster, one worker per GPU and one "
+    "operating point at a time: local starts a runtime on this machine (bound to "
+    "127.0.0.1) and stops it after; ADDRESS joins a running cluster (ray start --head). "
+    "Needs pip install 'eopt[ray]'.",
+)
+@click.option(
+    "--gpus",
+    "ray_gpus",
+    metavar="all|LIST|N",
+    help="With --ray: the GPUs to use. --ray local: all (default: every GPU this process "
+    "may use) or a list named as for --gpu (0,1,2,3; simulated GPUs are listed by "
+    "index); --ray ADDRESS: all (default) or how many.",
+)
 @gpu_backend_option(None, "Device backend (default: sim for sim: kernels, else auto).")
 @gpu_option()
 @sim_model_option("Simulated GPU model, or a profile file from `eopt sim fit`.")
@@ -351,6 +382,9 @@ def command(
     mem_clocks: str | None,
     no_control: bool,
     resume: bool,
+    shard: str | None,
+    ray_address: str | None,
+    ray_gpus: str | None,
     backend: str | None,
     gpu: str,
     sim_model: str,
@@ -405,6 +439,18 @@ def command(
     Each finished cell is appended to the output library at once; an interrupted sweep
     continues with --resume. The GPU's settings are restored however the sweep ends.
 
+    A cell is its kernel, implementation, workload, operating point and GPU model: a cell
+    measured on any GPU of the model is in the library, and --resume skips it on every
+    other GPU of that model. Each cell records where it was measured (host, GPU, UUID).
+    A simulated GPU measures each cell as a fresh GPU seeded from --seed and the cell, so
+    a simulated library is the same swept serially, with --shard or with --ray.
+
+    Many GPUs: --shard K/N measures one share of the grid (a Slurm job array runs the N
+    shares; `eopt library merge` joins them). --ray spreads one sweep over a Ray cluster:
+    only this process writes the library; a cell whose worker dies or whose kernel raises
+    is tried twice more, preferably on another GPU, then written with its error to
+    OUTPUT.failed.jsonl while the rest of the grid goes on (the command then exits 1).
+
     Without an NVIDIA GPU, sim: kernels run on the simulated GPU; Python callables and
     shell commands need a real GPU (the simulator cannot see real work).
 
@@ -427,6 +473,7 @@ def command(
       eopt sweep sim:gemm --clocks 1000,1400 --snap --json -q -o gemm.jsonl
     """
     try:
+        shard_spec = Shard.parse(shard) if shard is not None else None
         spec = parse_kernel(
             kernel,
             params=parse_params(params),
@@ -444,8 +491,9 @@ def command(
             min_window_s=min_window,
             seed=seed,
         )
-    except (SweepError, ValueError) as exc:
+    except (SweepError, ShardError, ValueError) as exc:
         raise UserError(str(exc)) from None
+    _check_many_gpus(shard_spec, ray_address, ray_gpus, no_control)
     chosen = backend or ("sim" if spec.kind == "sim" else "auto")
     if spec.kind == "sim" and chosen == "nvml":
         raise UserError(f"{spec.describe()} is a simulated kernel; it runs only with --backend sim")
@@ -491,7 +539,20 @@ def command(
             )
         for note in grid.notes:
             err_console.print(f"note: {escape(note)}", highlight=False)
-    result = _run(spec, grid, device, output, resume, policy, not no_control, method, quiet)
+    gpu_spec = GpuSpec(
+        getattr(device, "backend", chosen), device.index, sim_model, seed, not no_control
+    )
+    if ray_address is not None:
+        gpus = _ray_gpus(ray_address, ray_gpus, device)
+        result = _run_ray(
+            spec, grid, device, gpu_spec, output, resume, policy, method, quiet,
+            ray_address, gpus,
+        )  # fmt: skip
+    else:
+        # A simulated GPU is swept from its spec: each cell on a fresh GPU seeded for it.
+        target = gpu_spec if is_simulated(device) else device
+        result = _run(spec, grid, target, output, resume, policy, not no_control, method, quiet,
+                      shard_spec)  # fmt: skip
     if as_json:
         write_json("-", result_json(result, grid, device, dominance))
         return
@@ -504,8 +565,131 @@ def command(
     print_cells(
         result.signatures, escape(f"{spec.name} on {device.name} ({device.model}), per invocation")
     )
-    print_frontier(result.signatures, dominance)
-    console.print(f"wrote {len(result.measured)} new cell(s) to {output}")
+    if result.signatures:
+        print_frontier(result.signatures, dominance)
+    where = f" (shard {shard_spec.label()})" if shard_spec is not None else ""
+    console.print(f"wrote {len(result.measured)} new cell(s) to {output}{where}")
+    _fail_on_failed(result, grid, output)
+
+
+def _fail_on_failed(result: SweepResult, grid: Grid, output: str) -> None:
+    """A sweep that gave up on cells ends with an error naming their file."""
+    if not result.failed:
+        return
+    from eopt.runs.failed import failed_path
+
+    raise UserError(
+        f"{len(result.failed)} of {len(grid)} cells could not be measured; their errors are "
+        f"in {failed_path(output)}; the same command with --resume tries them again"
+    )
+
+
+def _check_many_gpus(
+    shard: Shard | None, ray_address: str | None, ray_gpus: str | None, no_control: bool
+) -> None:
+    """Refuse combinations of --shard, --ray and --gpus that mean nothing."""
+    if ray_address is None:
+        if ray_gpus is not None:
+            raise UserError(
+                "--gpus goes with --ray (one sweep over several GPUs); a sweep on one GPU "
+                "takes --gpu"
+            )
+        return
+    if shard is not None:
+        raise UserError(
+            "--shard splits a grid over separate runs, --ray spreads one run over a "
+            "cluster: use one of them"
+        )
+    if no_control:
+        raise UserError(
+            "--no-control measures one point: there is nothing to spread over GPUs; drop --ray"
+        )
+
+
+def _ray_gpus(address: str, value: str | None, device: Any) -> list[str] | int | None:
+    """``--gpus`` with ``--ray``: the GPUs a local runtime offers (as
+    ``CUDA_VISIBLE_DEVICES`` writes them: UUIDs, simulated GPUs' indices), or how many
+    workers a cluster starts (None: one per GPU it has)."""
+    word = (value or "all").strip()
+    if address != "local":
+        if word.lower() == "all":
+            return None
+        if word.isdigit() and int(word) > 0:
+            return int(word)
+        raise UserError(
+            f"--gpus {word}: with --ray ADDRESS the cluster places the workers; give --gpus "
+            "all or how many GPUs to use (--gpus 8)"
+        )
+    if is_simulated(device):
+        if word.lower() == "all":
+            raise UserError(
+                "--ray local with simulated GPUs: name them, e.g. --gpus 0,1,2,3 (there is "
+                "no hardware to count)"
+            )
+        indices = [sim_gpu_index(token.strip(), "--gpus") for token in word.split(",")]
+        if len(set(indices)) != len(indices):
+            raise UserError(f"--gpus {word}: a GPU is listed twice (each GPU once)")
+        return [str(i) for i in indices]
+    from eopt.cli._gpus import parse_gpus
+    from eopt.devices import nvml
+
+    inventory = nvml.list_gpus()
+    chosen = parse_gpus(None if word.lower() == "all" else word, inventory,
+                        mig_parent=nvml.mig_parent_index)  # fmt: skip
+    uuids = {g.index: g.uuid for g in inventory}
+    return [uuids[i] for i in chosen]
+
+
+def _run_ray(
+    spec: Any,
+    grid: Grid,
+    device: Any,
+    gpu: GpuSpec,
+    output: str,
+    resume: bool,
+    policy: RepeatPolicy,
+    method: str,
+    quiet: bool,
+    address: str,
+    gpus: list[str] | int | None,
+) -> SweepResult:
+    """The sweep on a Ray cluster, with one progress bar and each GPU's rate."""
+    from eopt.runs.ray_sweep import ray_sweep
+
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+    )
+    bar = Progress(*columns, console=err_console, transient=True, disable=quiet)
+    with bar:
+        task = bar.add_task(f"sweep {spec.name} on Ray", total=len(grid))
+
+        def progress(done: int, total: int, rates: Any) -> None:
+            per_gpu = " · ".join(f"{escape(k)} {v:.2g}/s" for k, v in rates.items())
+            bar.update(task, completed=done, description=f"sweep {spec.name}: {per_gpu}")
+
+        def warn(message: str) -> None:
+            err_console.print(f"[yellow]warning:[/] {escape(message)}", soft_wrap=True)
+
+        try:
+            return ray_sweep(
+                spec, grid, device, gpu, output, address=address, gpus=gpus, resume=resume,
+                policy=policy, method=method, progress=progress, warn=warn,  # type: ignore[arg-type]
+            )  # fmt: skip
+        except LibraryInUseError as exc:
+            raise UserError(str(exc)) from None
+        except (SweepError, MeasureError, DeviceError) as exc:
+            raise UserError(f"{exc}; finished cells are saved, --resume continues") from None
+        except KeyboardInterrupt:
+            err_console.print(
+                f"interrupted: every worker stopped and restored its GPU; finished cells are "
+                f"saved in {output}; the same command with --resume continues"
+            )
+            raise
 
 
 def _run(
@@ -518,6 +702,7 @@ def _run(
     control: bool,
     method: str,
     quiet: bool = False,
+    shard: Shard | None = None,
 ) -> SweepResult:
     columns = (
         TextColumn("[bold]{task.description}"),
@@ -530,10 +715,12 @@ def _run(
     bar = Progress(*columns, console=err_console, transient=True, disable=quiet)
     with bar:
         task = bar.add_task(f"sweep {spec.name}", total=len(grid))
+        if shard is not None:
+            bar.update(task, total=None)  # the share's size comes with the first cell
 
         def progress(done: int, total: int, cell: Cell, sig: Signature | None) -> None:
             label = f"sweep {spec.name}: {cell.impl} @ {cell.op_point.label()}"
-            bar.update(task, completed=done, description=label)
+            bar.update(task, completed=done, total=total, description=label)
 
         def warn(message: str) -> None:
             err_console.print(f"[yellow]warning:[/] {escape(message)}", soft_wrap=True)
@@ -550,6 +737,7 @@ def _run(
                 control=control,
                 method=method,  # type: ignore[arg-type]
                 warn=warn,
+                shard=shard,
             )
         except DevicePermissionError as exc:
             raise UserError(

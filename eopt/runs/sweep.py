@@ -14,6 +14,27 @@ the library a sweep repairs what a crash leaves at its end (:func:`repair_librar
 a missing final newline is added, and a torn final line is moved to a file beside the
 library and removed from it, with a warning saying where.
 
+Cell identity. Resume and deduplication key on a cell's name, implementation κ,
+workload θ, operating point ω and GPU *model* (:func:`eopt.model.library.cell_key`), never
+on one GPU's name (``gpu0`` and ``sim0`` repeat on every host) or UUID: a cell measured on
+any GPU of the model counts once, and a retry on another GPU of that model is not measured
+again. Where each cell was measured is kept beside it in ``meta.measured_on`` (host, the
+GPU's name and index there, and a real GPU's UUID; :func:`eopt.runs.gpus.place_of`).
+Cells of one model measured on different GPUs are kept separate per GPU: a library holds
+each cell once, with the GPU that measured it, and a sweep per GPU into its own library
+characterizes each GPU on its own. On request they are pooled per model: ``eopt library
+merge --pool`` turns the measurements of a cell on several GPUs into one cell
+(:func:`eopt.model.library.pool_signatures`); without it, two different measurements of
+one cell are a conflict, named by file and line.
+
+Many GPUs. ``shard`` measures one share of the grid's operating points (``--shard K/N``,
+:mod:`eopt.runs.shard`, for job arrays), and :mod:`eopt.runs.ray_sweep` spreads a grid
+over the GPUs of a Ray cluster, one operating point at a time. Every way measures a point
+through :func:`eopt.runs.point.measure_point`, and a simulated GPU given as a
+:class:`~eopt.runs.gpus.GpuSpec` is seeded per cell: a simulated library is the same
+whether it is swept serially, in shards or on Ray. (A simulated GPU handed in as an object
+measures its cells one after another, each inheriting the state the one before left.)
+
 Three kinds of kernel (:func:`parse_kernel`):
 
 * ``sim:<kernel>`` — a kernel of the simulated GPU's catalog (virtual time, any machine);
@@ -61,6 +82,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import math
@@ -79,12 +101,21 @@ from eopt.devices.backends import backend_of
 from eopt.devices.base import Device, DeviceError
 from eopt.measure.command import MeasureError, require_wall_clock
 from eopt.measure.meter import Meter, MeterMethod
-from eopt.model.context import ISOLATED, device_entry_context
-from eopt.model.library import append_signature, read_library
+from eopt.model.library import (
+    append_signature,
+    cell_key,
+    cell_key_of,
+    library_lock,
+    read_library,
+)
 from eopt.model.lockfile import LockBusyError, ProcessLock
 from eopt.model.operating_point import OperatingPoint
 from eopt.model.signature import Signature
-from eopt.runs.repeat import RepeatPolicy, measure_signature, measure_static_power
+from eopt.runs.failed import FailedCell
+from eopt.runs.gpus import GpuSpec, fresh_opener
+from eopt.runs.point import PointWork, measure_point
+from eopt.runs.repeat import RepeatPolicy
+from eopt.runs.shard import Shard, shard_points
 from eopt.runs.user_code import UserCodeError, import_callable, module_label
 
 __all__ = [
@@ -99,14 +130,20 @@ __all__ = [
     "PythonKernel",
     "SimKernel",
     "SweepError",
+    "SweepPlan",
     "SweepResult",
-    "cell_key",
+    "cell_meta",
+    "cell_workload",
     "check_sweep",
     "coarse_clocks",
+    "grid_cells",
+    "hold_library",
     "library_lock",
+    "open_sweep_gpu",
     "parse_kernel",
     "parse_params",
     "parse_values",
+    "plan_sweep",
     "repair_library_tail",
     "resolve_sync",
     "sweep",
@@ -136,6 +173,10 @@ class SimKernel:
         workload: θ, completed with the kernel's defaults.
         impls: Implementations to sweep (default: all of the kernel's).
         name: Element name of the signatures (default: the kernel's name).
+        wall_s_per_sim_s: Wall-clock seconds each invocation also takes per simulated
+            second of it (0: none). The numbers stay the simulator's; the wall time makes
+            simulated GPUs behave like real ones where only elapsed time matters (how a
+            sweep over many GPUs scales, benchmarks/sweep_scaling.py).
     """
 
     kernel: str
@@ -144,6 +185,7 @@ class SimKernel:
     name: str
     kind: str = "sim"
     needs_wall_clock: bool = False
+    wall_s_per_sim_s: float = 0.0
 
     def implementations(self) -> list[str]:
         """The implementations κ to sweep."""
@@ -162,7 +204,14 @@ class SimKernel:
                 f"({device.model}); use --backend sim"
             )
         workload = dict(self.workload)
-        return lambda: launch(self.kernel, impl, workload)
+        scale = self.wall_s_per_sim_s
+        if not scale > 0:
+            return lambda: launch(self.kernel, impl, workload)
+
+        def run_in_real_time() -> None:
+            time.sleep(launch(self.kernel, impl, workload) * scale)
+
+        return run_in_real_time
 
     def describe(self) -> str:
         """The kernel spec as given on the command line."""
@@ -841,40 +890,7 @@ def check_sweep(kernel: Kernel, grid: Grid, device: Device, control: bool = True
         kernel.check(device)
 
 
-# Resume keys ------------------------------------------------------------------------------
-def _canonical(value: Any) -> Any:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, Mapping):
-        return {str(k): _canonical(v) for k, v in sorted(value.items())}
-    if isinstance(value, (list, tuple)):
-        return [_canonical(v) for v in value]
-    return value
-
-
-def cell_key(
-    name: str, impl: str, op_point: OperatingPoint, workload: Mapping[str, Any], device: str
-) -> str:
-    """The identity of a cell for ``--resume``: name, κ, ω, θ and device."""
-    return json.dumps(
-        [name, impl, _canonical(op_point.to_dict()), _canonical(workload), device],
-        sort_keys=True,
-    )
-
-
-def _signature_key(sig: Signature) -> str:
-    device = sig.devices[0] if sig.devices else ""
-    return cell_key(sig.name, sig.impl, sig.op_point, sig.workload, device)
-
-
 # The library file -------------------------------------------------------------------------
-def library_lock(path: Path) -> ProcessLock:
-    """The lock that makes one process at a time write ``path``: ``<path>.lock``."""
-    return ProcessLock(path.with_name(path.name + ".lock"))
-
-
 def repair_library_tail(path: str | os.PathLike[str]) -> list[str]:
     """Repair what an interrupted write leaves at the end of a ``.jsonl`` library.
 
@@ -933,12 +949,17 @@ class SweepResult:
     """What a sweep produced.
 
     Attributes:
-        signatures: Every cell of the grid, in grid order (resumed ones read from the file).
+        signatures: Every cell of the grid (of the shard, for one), in grid order; resumed
+            ones read from the file. Cells that failed (``failed``) are not among them.
         measured: The cells measured by this run.
         skipped: Cells already in the file (``resume``).
         path: The library file.
         repairs: Warnings about the library's end repaired on opening it
             (:func:`repair_library_tail`).
+        failed: Cells a distributed sweep gave up on (:mod:`eopt.runs.failed`); a serial
+            sweep stops at a failing cell instead.
+        duplicates: Measurements dropped because their cell was in the library already (a
+            worker that finished a cell a retry had measured too).
     """
 
     signatures: tuple[Signature, ...]
@@ -946,15 +967,128 @@ class SweepResult:
     skipped: int
     path: Path
     repairs: tuple[str, ...] = ()
+    failed: tuple[FailedCell, ...] = ()
+    duplicates: int = 0
 
 
 ProgressFn = Callable[[int, int, Cell, Signature | None], None]
 
 
-def sweep(
+def open_sweep_gpu(gpu: Device | GpuSpec) -> tuple[Device, GpuSpec | None]:
+    """The device a sweep measures on, and the spec it was opened from (None for a device
+    handed in as an object).
+
+    Raises:
+        DeviceError: when a spec's GPU cannot be opened.
+    """
+    if isinstance(gpu, GpuSpec):
+        return gpu.open(), gpu
+    return gpu, None
+
+
+def cell_workload(kernel: Kernel) -> dict[str, Any]:
+    """θ as a sweep's signatures record it (a simulated kernel's with its catalog name)."""
+    workload = dict(kernel.workload)
+    if isinstance(kernel, SimKernel):
+        workload = {"kernel": kernel.kernel, **workload}
+    return workload
+
+
+def cell_meta(kernel: Kernel, grid: Grid, device: Device) -> dict[str, Any]:
+    """What every cell of a sweep on ``device`` records beside the measurement."""
+    extra: dict[str, Any] = {
+        "kernel_spec": kernel.describe(),
+        "kernel_kind": kernel.kind,
+        "sync": _sync_label(kernel),
+        "op_point_set": grid.controls,
+    }
+    uuid = getattr(device, "uuid", None)
+    if isinstance(uuid, str):
+        extra["device_uuid"] = uuid
+    return extra
+
+
+def grid_cells(grid: Grid, shard: Shard | None = None) -> list[Cell]:
+    """The grid's cells in sweep order; only ``shard``'s (:mod:`eopt.runs.shard`) when
+    given."""
+    cells = grid.cells()
+    if shard is None:
+        return cells
+    mine = set(shard_points(grid.op_points(), len(grid.impls), shard))
+    return [c for c in cells if c.op_point in mine]
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """A sweep's cells against its library, worked out under the library's lock.
+
+    Attributes:
+        cells: The sweep's cells, in grid order.
+        keys: Each cell's identity (:func:`eopt.model.library.cell_key_of`).
+        todo: The cells to measure, with their keys.
+        existing: The library's cells by key.
+        workload: θ as the signatures record it.
+        repairs: Warnings about the library's end repaired on opening it.
+    """
+
+    cells: tuple[Cell, ...]
+    keys: tuple[str, ...]
+    todo: tuple[tuple[Cell, str], ...]
+    existing: Mapping[str, Signature]
+    workload: Mapping[str, Any]
+    repairs: tuple[str, ...]
+
+    def ordered(self, measured: Iterable[Signature]) -> tuple[Signature, ...]:
+        """Every cell of the plan, in grid order: ``measured`` or the library's."""
+        found = {**self.existing, **{cell_key(s): s for s in measured}}
+        return tuple(found[k] for k in self.keys if k in found)
+
+
+def plan_sweep(
     kernel: Kernel,
     grid: Grid,
     device: Device,
+    path: Path,
+    *,
+    resume: bool,
+    warn: Callable[[str], None] | None = None,
+    shard: Shard | None = None,
+) -> SweepPlan:
+    """Repair the library's end, read it, and work out which cells to measure.
+
+    Call it only while holding the library's lock (:func:`library_lock`).
+
+    Raises:
+        SweepError: for cells already in the library without ``resume``.
+        LibraryError: for a library that cannot be read.
+    """
+    repairs = repair_library_tail(path)
+    for message in repairs:
+        _warn(warn, message)
+    existing: dict[str, Signature] = {}
+    if path.exists() and path.stat().st_size > 0:
+        existing = {cell_key(s): s for s in read_library(path)}
+    current = device.current_operating_point().device_wide()
+    workload = cell_workload(kernel)
+    model = str(device.model)
+    cells = grid_cells(grid, shard)
+    points = [c.op_point if grid.controls else current for c in cells]
+    cells = [Cell(c.impl, p) for c, p in zip(cells, points, strict=True)]
+    keys = [cell_key_of(kernel.name, c.impl, c.op_point, workload, model) for c in cells]
+    already = [k for k in keys if k in existing]
+    if already and not resume:
+        raise SweepError(
+            f"{path}: already holds {len(already)} of this sweep's {len(cells)} cells; pass "
+            "--resume to skip them, or write to another file"
+        )
+    todo = tuple((c, k) for c, k in zip(cells, keys, strict=True) if k not in existing)
+    return SweepPlan(tuple(cells), tuple(keys), todo, existing, workload, tuple(repairs))
+
+
+def sweep(
+    kernel: Kernel,
+    grid: Grid,
+    device: Device | GpuSpec,
     out_path: str | os.PathLike[str],
     *,
     resume: bool = False,
@@ -964,6 +1098,7 @@ def sweep(
     method: MeterMethod = "auto",
     before_cell: Callable[[Cell], None] | None = None,
     warn: Callable[[str], None] | None = None,
+    shard: Shard | None = None,
 ) -> SweepResult:
     """Measure every cell of ``grid`` and append each signature to ``out_path`` at once.
 
@@ -974,10 +1109,12 @@ def sweep(
     Args:
         kernel: What to run (:func:`parse_kernel`).
         grid: Implementations × operating points (:meth:`Grid.build`).
-        device: The GPU.
+        device: The GPU: a :class:`~eopt.runs.gpus.GpuSpec` (a simulated GPU is then
+            seeded per cell, :mod:`eopt.runs.gpus`), or a device object, whose cells are
+            measured on it one after another.
         out_path: The ``.jsonl`` signature library (created or appended to).
-        resume: Skip cells already in ``out_path`` (same name, κ, ω, θ and device).
-            Without it, finding one of the grid's cells there is an error.
+        resume: Skip cells already in ``out_path`` (same name, κ, ω, θ and GPU model, on
+            whichever GPU). Without it, finding one of the grid's cells there is an error.
         progress: Called ``(done, total, cell, signature)`` before (signature None) and
             after each cell.
         policy: Repeat counts and durations.
@@ -987,9 +1124,11 @@ def sweep(
         before_cell: Called before each cell is measured (a hook for tests and tools).
         warn: Called with each warning and note (a repaired library, a sync eopt chose,
             something the device noted while setting a point); default: printed to stderr.
+        shard: Measure only this share of the grid's points (:mod:`eopt.runs.shard`).
 
     Each signature's ``meta`` also records ``sync`` (what each window waited with),
     ``op_point_set`` (whether eopt set the point or measured at the current setting),
+    ``measured_on`` (host, GPU name, index and UUID where it was measured),
     ``device_uuid``, ``device_notes`` (what the device noted setting the point),
     ``context`` (the entry context φ the cell's windows started from and the runtime
     context ρ, empty: cells run alone; :mod:`eopt.model.context`), ``exit_context``
@@ -1008,11 +1147,28 @@ def sweep(
             (e.g. ``NvmlNotSupportedError`` for a memory-clock lock the GPU does not
             support); cells measured before are saved.
     """
-    check_sweep(kernel, grid, device, control)
-    kernel, sync_note = resolve_sync(kernel, device)
+    gpu, spec = open_sweep_gpu(device)
+    check_sweep(kernel, grid, gpu, control)
+    kernel, sync_note = resolve_sync(kernel, gpu)
     if sync_note is not None:
         _warn(warn, sync_note)
     path = Path(out_path)
+    lock = hold_library(path)
+    try:
+        plan = plan_sweep(kernel, grid, gpu, path, resume=resume, warn=warn, shard=shard)
+        return _sweep_locked(
+            kernel, grid, gpu, spec, path, plan, progress, policy, method, before_cell, warn
+        )
+    finally:
+        lock.release()
+
+
+def hold_library(path: Path) -> ProcessLock:
+    """Take ``path``'s lock (:func:`library_lock`) for a writer.
+
+    Raises:
+        LibraryInUseError: naming the process that holds it.
+    """
     lock = library_lock(path)
     try:
         lock.acquire()
@@ -1021,13 +1177,7 @@ def sweep(
             f"{path}: another eopt sweep is writing to this library: {exc.who}. Wait for it "
             "to finish and then --resume, or write to another file (-o)"
         ) from None
-    try:
-        return _sweep_locked(
-            kernel, grid, device, path, resume, progress, policy, control, method, before_cell,
-            warn,
-        )  # fmt: skip
-    finally:
-        lock.release()
+    return lock
 
 
 def _warn(warn: Callable[[str], None] | None, message: str) -> None:
@@ -1050,112 +1200,68 @@ def _sweep_locked(
     kernel: Kernel,
     grid: Grid,
     device: Device,
+    spec: GpuSpec | None,
     path: Path,
-    resume: bool,
+    plan: SweepPlan,
     progress: ProgressFn | None,
     policy: RepeatPolicy | None,
-    control: bool,
     method: MeterMethod,
     before_cell: Callable[[Cell], None] | None,
     warn: Callable[[str], None] | None,
 ) -> SweepResult:
-    """:func:`sweep`, once the library's lock is held."""
-    repairs = repair_library_tail(path)
-    for message in repairs:
-        _warn(warn, message)
-    existing: dict[str, Signature] = {}
-    if path.exists() and path.stat().st_size > 0:
-        existing = {_signature_key(s): s for s in read_library(path)}
-    current = device.current_operating_point().device_wide()
-    workload = dict(kernel.workload)
-    if kernel.kind == "sim":
-        workload = {"kernel": kernel.kernel, **workload}  # type: ignore[union-attr]
-
-    def point_of(cell: Cell) -> OperatingPoint:
-        return cell.op_point if grid.controls else current
-
-    cells = grid.cells()
-    keys = [cell_key(kernel.name, c.impl, point_of(c), workload, device.name) for c in cells]
-    already = [k for k in keys if k in existing]
-    if already and not resume:
-        raise SweepError(
-            f"{path}: already holds {len(already)} of this sweep's {len(cells)} cells; pass "
-            "--resume to skip them, or write to another file"
-        )
-    todo = [(c, k) for c, k in zip(cells, keys, strict=True) if k not in existing]
-    total = len(cells)
-    done = total - len(todo)
+    """:func:`sweep`, once the library's lock is held and its cells planned."""
+    total = len(plan.cells)
+    done = total - len(plan.todo)
     pol = policy or RepeatPolicy()
-    backend = backend_of(device)
     measured: list[Signature] = []
-    extra: dict[str, Any] = {
-        "kernel_spec": kernel.describe(),
-        "kernel_kind": kernel.kind,
-        "sync": _sync_label(kernel),
-        "op_point_set": grid.controls,
-    }
-    uuid = getattr(device, "uuid", None)
-    if isinstance(uuid, str):
-        extra["device_uuid"] = uuid
-    sync = getattr(kernel, "sync", None)
-    raw_notes = getattr(device, "notes", None)
-    notes: list[str] = raw_notes if isinstance(raw_notes, list) else []
+    extra = cell_meta(kernel, grid, device)
+    fresh = fresh_opener(spec, device)
+    by_point: dict[OperatingPoint, list[Cell]] = {}
+    for cell, _key in plan.todo:
+        by_point.setdefault(cell.op_point, []).append(cell)
 
     def run_cells() -> None:
-        nonlocal done
-        with Meter(device, method=method) as meter:
-            by_point: dict[OperatingPoint, list[tuple[Cell, str]]] = {}
-            for cell, key in todo:
-                by_point.setdefault(point_of(cell), []).append((cell, key))
+        # A serial sweep on one device keeps one meter for all its points; per-cell
+        # simulated GPUs bring their own.
+        with Meter(device, method=method) if fresh is None else contextlib.nullcontext() as m:
             for point, group in by_point.items():
-                seen = len(notes)
-                if grid.controls:
-                    device.set_operating_point(point)
-                # What the device noticed setting the point (an administrator's lock it
-                # overrode …): said now and kept with the cells, never left unread.
-                point_notes = list(notes[seen:])
-                for note in point_notes:
-                    _warn(warn, note)
-                static = measure_static_power(device, meter, pol.static_idle_s, pol.settle_s)
-                for cell, _key in group:
-                    if progress is not None:
-                        progress(done, total, cell, None)
-                    if before_cell is not None:
-                        before_cell(cell)
-                    # φ as the cell's windows find it, ρ = {e}: a sweep runs each cell
-                    # alone (paper §3.1: every measurement records its context).
-                    context = {
-                        "entry": device_entry_context(device).to_dict(),
-                        "runtime": ISOLATED.to_dict(),
-                    }
-                    sig = measure_signature(
-                        kernel.name,
-                        kernel.runner(cell.impl, device),
-                        device,
-                        meter,
-                        impl=cell.impl,
-                        workload=workload,
-                        op_point=point,
-                        policy=pol,
-                        sync=sync,
-                        static=static,
-                        backend=backend,
-                        extra_meta={
-                            **extra,
-                            "device_notes": point_notes,
-                            "context": context,
-                        },
-                    )
-                    # The state the cell leaves behind: what the next cell inherits.
-                    exit_state = device_entry_context(device).to_dict()
-                    sig = sig.with_(meta={**sig.meta, "exit_context": exit_state})
-                    append_signature(path, sig)
-                    measured.append(sig)
-                    done += 1
-                    if progress is not None:
-                        progress(done, total, cell, sig)
+                run_point(point, group, m)
 
-    if todo:
+    def run_point(point: OperatingPoint, group: list[Cell], meter: Meter | None) -> None:
+        by_impl = {c.impl: c for c in group}
+
+        def starting(impl: str) -> None:
+            if progress is not None:
+                progress(done, total, by_impl[impl], None)
+            if before_cell is not None:
+                before_cell(by_impl[impl])
+
+        def finished(sig: Signature) -> None:
+            nonlocal done
+            append_signature(path, sig)
+            measured.append(sig)
+            done += 1
+            if progress is not None:
+                progress(done, total, by_impl[sig.impl], sig)
+
+        measure_point(
+            kernel,
+            PointWork(point, tuple(by_impl), grid.controls),
+            device,
+            workload=plan.workload,
+            policy=pol,
+            method=method,
+            sync=getattr(kernel, "sync", None),
+            backend=backend_of(device),
+            extra_meta=extra,
+            fresh=fresh,
+            meter=meter,
+            warn=lambda note: _warn(warn, note),
+            before_cell=starting,
+            on_cell=finished,
+        )
+
+    if plan.todo:
         path.parent.mkdir(parents=True, exist_ok=True)
         if grid.controls:
             from eopt.devices.guard import restoring_on_exit
@@ -1164,6 +1270,6 @@ def _sweep_locked(
                 run_cells()
         else:
             run_cells()
-    fresh = {_signature_key(s): s for s in measured}
-    ordered = tuple(fresh.get(k) or existing[k] for k in keys)
-    return SweepResult(ordered, tuple(measured), total - len(todo), path, tuple(repairs))
+    return SweepResult(
+        plan.ordered(measured), tuple(measured), total - len(plan.todo), path, plan.repairs
+    )

@@ -78,6 +78,8 @@ HELP_ROWS: dict[str, tuple[str, ...]] = {
     "trace --help": LIGHT,
     "sim --help": LIGHT,
     "sim fit --help": LIGHT,
+    "library --help": LIGHT,
+    "library merge --help": LIGHT,
 }
 
 

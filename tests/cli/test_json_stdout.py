@@ -20,7 +20,7 @@ EXAMPLES = ROOT / "examples"
 DBSCAN = ROOT / "tests" / "data" / "kokkos_dbscan_h100"
 COVERED = (
     "sweep", "frontier", "compose", "plan", "solve", "apply", "check", "reset", "attribute",
-    "compare",
+    "compare", "library",
 )  # fmt: skip
 
 
@@ -71,6 +71,9 @@ def _commands(f: dict[str, Path]) -> dict[str, list[str]]:
         "reset": ["reset", "--json", "--dry-run"],
         "attribute": ["attribute", str(DBSCAN / "fdbscan" / "illyad-2495425"), "--json"],
         "compare": ["compare", str(DBSCAN / "fdbscan"), str(DBSCAN / "fdbscan-dense"), "--json"],
+        "library": [
+            "library", "merge", str(f["lib"]), str(f["lib"]), "--json", "-o", str(d / "m.jsonl"),
+        ],
     }  # fmt: skip
 
 
