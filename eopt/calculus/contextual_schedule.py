@@ -38,10 +38,12 @@ from eopt.calculus.interactions import EntryEdge, InteractionGraph, RuntimeEdge
 from eopt.calculus.schedule import (
     _TIME_EPS_S,
     IdlePower,
+    IdleWindows,
     Placement,
     _clusters,
     compose_schedule,
     device_timelines,
+    idle_windows,
 )
 from eopt.calculus.uncertainty import DEFAULT_CONFIDENCE, BiasBound, accumulated_bias
 from eopt.model.context import EntryContext, RuntimeContext
@@ -300,6 +302,7 @@ def compose_with_interactions(
     starts_at_null: bool = True,
     outside: OutsidePolicy = "error",
     adjacency_s: float = 0.0,
+    time_mean: str = "max_of_means",
 ) -> ContextualComposition:
     """Compose a schedule using characterized values for the pairs in ``graph``.
 
@@ -325,6 +328,7 @@ def compose_with_interactions(
             null context with its bias counted.
         adjacency_s: Largest gap, in s, after which a producer still counts as "right
             before" its consumer.
+        time_mean: The makespans' convention, as for ``compose_schedule``.
 
     Raises:
         ContextOutsideError: ``outside="error"`` and a pair realized outside its
@@ -354,12 +358,17 @@ def compose_with_interactions(
             _entry_pass(slots, device, graph, index, outside, adjacency_s, subs, notes)
         per_device[device] = slots
     final = [s.placement for slots in per_device.values() for s in slots]
-    signature = compose_schedule(final, idle_power, name=name)
-    bias = _bias(per_device, confidence, starts_at_null)
+    signature = compose_schedule(final, idle_power, name=name, time_mean=time_mean)
+    bias = _bias(per_device, confidence, starts_at_null, idle_windows(final, idle_power))
     return ContextualComposition(signature, bias, tuple(subs), tuple(final), tuple(notes))
 
 
-def _bias(per_device: dict[str, list[_Slot]], confidence: float, starts_at_null: bool) -> BiasBound:
+def _bias(
+    per_device: dict[str, list[_Slot]],
+    confidence: float,
+    starts_at_null: bool,
+    windows: IdleWindows,
+) -> BiasBound:
     """Appendix D over what stayed context-independent (``schedule_bias``'s counting)."""
     all_slots = [s for slots in per_device.values() for s in slots]
     origin = min(s.placement.start for s in all_slots)
@@ -374,5 +383,6 @@ def _bias(per_device: dict[str, list[_Slot]], confidence: float, starts_at_null:
                 others = len(ids - {id(s)} - s.partners)
                 corun = multi or others > 0
                 m = (0.0 if at_start or s.entry_covered else 1.0) + (1.0 if corun else 0.0)
+                m *= windows.gate.get((p.device, p.start, p.signature.name), 1.0)
                 contributions.append((p.signature.name, m, p.signature.std_energy))
-    return accumulated_bias(contributions, confidence)
+    return accumulated_bias([*contributions, *windows.tails], confidence)

@@ -36,7 +36,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from eopt.calculus.operators import CompositionError, idle, par, par_multi, seq
+from eopt.calculus.operators import (
+    CompositionError,
+    _idle_draw,
+    idle,
+    max_moments,
+    max_probabilities,
+    par,
+    par_multi,
+    seq,
+)
 from eopt.calculus.uncertainty import DEFAULT_CONFIDENCE, BiasBound, accumulated_bias
 from eopt.model.library import Library
 from eopt.model.signature import Signature
@@ -492,6 +501,7 @@ def evaluate(
     library: Iterable[Signature],
     text: str = "",
     idle_power: float | Mapping[str, float] | None = None,
+    time_mean: str = "max_of_means",
 ) -> Signature:
     """Compose the signatures a parsed expression names.
 
@@ -500,6 +510,8 @@ def evaluate(
         library: A :class:`~eopt.model.library.Library` or signatures.
         text: The expression's text, for error messages.
         idle_power: Passed to ``par_multi`` for padding shorter operands.
+        time_mean: The makespans of ⊕ and ⊕multi: ``"max_of_means"`` (default, the
+            paper's convention) or ``"expected_max"`` (the mean a measurement tends to).
 
     Raises:
         ExpressionError: for unknown or ambiguous names and operands that cannot be
@@ -517,8 +529,8 @@ def evaluate(
             if node.kind == "seq":
                 return seq(operands)
             if node.kind == "par":
-                return par(operands)
-            return par_multi(operands, idle_power=idle_power)
+                return par(operands, time_mean=time_mean)
+            return par_multi(operands, idle_power=idle_power, time_mean=time_mean)
         except ExpressionError:
             raise
         except (CompositionError, ValueError) as exc:
@@ -531,8 +543,9 @@ def compose_expression(
     text: str,
     library: Iterable[Signature],
     idle_power: float | Mapping[str, float] | None = None,
+    time_mean: str = "max_of_means",
 ) -> Signature:
-    """Parse and evaluate an expression over a library.
+    """Parse and evaluate an expression over a library (see :func:`evaluate`).
 
     Example:
         >>> from eopt.calculus import Signature
@@ -540,7 +553,7 @@ def compose_expression(
         >>> round(compose_expression("a ⊗ b", lib).energy, 6)
         0.48
     """
-    return evaluate(parse_expression(text), library, text, idle_power)
+    return evaluate(parse_expression(text), library, text, idle_power, time_mean)
 
 
 def expression_bias(
@@ -548,6 +561,7 @@ def expression_bias(
     library: Iterable[Signature],
     confidence: float = DEFAULT_CONFIDENCE,
     starts_at_null: bool = True,
+    idle_power: float | Mapping[str, float] | None = None,
 ) -> BiasBound:
     """Worst-case reduction bias of composing ``expr`` context-independently (App. D).
 
@@ -557,22 +571,38 @@ def expression_bias(
     under a ⊕ or ⊕multi). A chain from the null context gives Eq. (36); a ⊕ pair inside a
     chain gives m = 2 each, as in Eq. (13). Multipliers add over elements; they do not
     compound over levels. Idle elements written with ``idle(…)`` have a schedule-set
-    duration and no dynamic energy; they are not counted.
+    duration and no dynamic energy; they are not counted. Under ⊕multi, the idle padding
+    adds App. D's terms (as :func:`eopt.calculus.schedule.idle_windows` for a schedule):
+    the elements of an operand that can set the makespan scale their tolerances by
+    1 + π·P′/s (P′ the other operands' idle draw, ``idle_power`` as for ``par_multi``),
+    and each operand's padding carries two tolerances of σ_Eι = p·√Var(M − T).
     """
     sigs = _signatures(library)
     contributions: list[tuple[str, float, float]] = []
 
-    def walk(node: Expr, at_start: bool, corun: bool) -> None:
+    def walk(node: Expr, at_start: bool, corun: bool, gate: float) -> None:
         if node.kind == "name":
             sig = _resolve(node.name, node.selector, sigs)
             m = (0.0 if at_start else 1.0) + (1.0 if corun else 0.0)
-            contributions.append((sig.name, m, sig.std_energy))
-        elif node.kind in ("par", "par_multi"):
+            factor = 1.0 + (gate / sig.static_power if sig.static_power > 0 else 0.0)
+            contributions.append((sig.name, m * factor, sig.std_energy))
+        elif node.kind == "par":
             for child in node.children:
-                walk(child, at_start, True)
+                walk(child, at_start, True, gate)
+        elif node.kind == "par_multi":
+            parts = [evaluate(child, sigs, idle_power=idle_power) for child in node.children]
+            times, var_t = [p.time for p in parts], [p.var_time for p in parts]
+            last = max_probabilities(times, var_t)
+            _, var_m = max_moments(times, var_t)
+            draws = [_idle_draw(p, idle_power) for p in parts]
+            for child, part, pi, v, p in zip(node.children, parts, last, var_t, draws, strict=True):
+                walk(child, at_start, True, gate + pi * (sum(draws) - p))
+                sd = p * math.sqrt(max(0.0, v * (1.0 - 2.0 * pi) + var_m))
+                if sd > 0.0:
+                    contributions.append((f"ι after {part.name}", 2.0, sd))
         elif node.kind == "seq":
             for i, child in enumerate(node.children):
-                walk(child, at_start and i == 0, corun)
+                walk(child, at_start and i == 0, corun, gate)
 
-    walk(expr, starts_at_null, False)
+    walk(expr, starts_at_null, False, 0.0)
     return accumulated_bias(contributions, confidence)

@@ -2,7 +2,13 @@
 
 Sequential ⊗ (:func:`seq`), same-device parallel ⊕ (:func:`par`) and cross-device parallel
 ⊕multi (:func:`par_multi`), in the context-independent form of the paper (§4.3, §5), with
-variances propagated per Property 5.6 and Appendix F.
+variances propagated per Property 5.6 and Appendix F (the covariance forms, Eq. 47–48).
+
+Every composite carries, besides σ_T² and σ_E², the covariance Cov(E, T) of one run
+(``meta["cov_energy_time"]``, J·s): what a later parallel composition needs to turn its
+operands' time noise into energy noise through each operand's own static power, so E.3's
+closure caveat never applies (docs/uncertainty.md). A measured element without one is
+taken to have times independent of its dynamic energy (Property 5.6): Cov(E, T) = s·σ_T².
 """
 
 from __future__ import annotations
@@ -16,11 +22,14 @@ from eopt.model.operating_point import OperatingPoint
 from eopt.model.signature import Signature, SignatureError
 
 __all__ = [
+    "COV_KEY",
     "TIME_MEANS",
     "CompositionError",
     "clark_max",
+    "energy_time_cov",
     "idle",
     "max_moments",
+    "max_probabilities",
     "par",
     "par_multi",
     "seq",
@@ -33,9 +42,14 @@ MULTI_SYMBOL = "⊕multi"
 
 _REL_TOL = 1e-9
 
-#: Makespan conventions of ``par``/``par_multi``: the paper's max of the operands' mean
-#: times, or the mean of the makespan E[max T] (which Monte Carlo agrees with).
+#: Makespan conventions: the paper's max of the operands' mean times (the default, under
+#: which the algebra's identities hold exactly and a solver's planned energy is
+#: reproduced) or the mean of the makespan E[max T], what measurements average to (what
+#: ``eopt check`` compares them with; docs/uncertainty.md).
 TIME_MEANS = ("max_of_means", "expected_max")
+
+#: ``Signature.meta`` key of the covariance Cov(E, T) of one run, in J·s.
+COV_KEY = "cov_energy_time"
 _SQRT2 = math.sqrt(2.0)
 _SQRT_2PI = math.sqrt(2.0 * math.pi)
 
@@ -240,6 +254,111 @@ def max_moments(
     return _exact_max_moments(means, variances)
 
 
+def max_probabilities(means: Sequence[float], variances: Sequence[float]) -> list[float]:
+    """P(X_i is the largest) for independent Gaussians X_i, each operand's share of the max.
+
+    By Stein's lemma this is ∂E[max]/∂μ_i, and Cov(Y, max) = Σ_i Cov(Y, X_i)·P(X_i is the
+    largest) for any Y jointly Gaussian with the X_i: what turns an operand's noise into
+    the makespan's. Two operands: Φ((μ_i − μ_j)/θ), exact; more: quadrature of
+    φ_i·Π_{j≠i} Φ_j over the same segments as :func:`max_moments`. Operands of zero
+    variance are steps; equal fixed maxima share their probability.
+
+    Args:
+        means: Means μ_i (s).
+        variances: Variances σ_i² (s²), ≥ 0.
+
+    Returns:
+        One probability per operand, summing to 1.
+
+    Example:
+        >>> [round(p, 4) for p in max_probabilities([1.0, 1.0], [1.0, 4.0])]
+        [0.5, 0.5]
+        >>> [round(p, 4) for p in max_probabilities([2.0, 1.0], [0.0, 0.0])]
+        [1.0, 0.0]
+    """
+    if len(means) != len(variances) or not means:
+        raise ValueError("max_probabilities needs equally many means and variances")
+    n = len(means)
+    if n == 1:
+        return [1.0]
+    mus = [float(m) for m in means]
+    vs = [max(0.0, float(v)) for v in variances]
+    if n == 2:
+        theta2 = vs[0] + vs[1]
+        if theta2 <= 0.0:
+            if mus[0] == mus[1]:
+                return [0.5, 0.5]
+            return [1.0, 0.0] if mus[0] > mus[1] else [0.0, 1.0]
+        p0 = 0.5 * math.erfc(-(mus[0] - mus[1]) / math.sqrt(2.0 * theta2))
+        return [p0, 1.0 - p0]
+    return _quadrature_probabilities(mus, vs)
+
+
+def _quadrature_probabilities(mus: list[float], vs: list[float]) -> list[float]:
+    import numpy as np
+    from scipy.special import ndtr  # loaded on first use: keeps `import eopt` fast
+
+    mu = np.asarray(mus)
+    sd = np.sqrt(np.asarray(vs))
+    fixed = sd == 0
+    out = np.zeros(len(mus))
+    floor = float(mu[fixed].max()) if fixed.any() else -math.inf
+    live = ~fixed & (mu + _TAIL_SIGMAS * sd > floor)
+    if not live.any():
+        top = np.flatnonzero(fixed & (mu == floor))
+        out[top] = 1.0 / top.size
+        return out.tolist()
+    center, scale = float(mu[live].max()), float(sd[live].max())
+    z_mu, z_sd = (mu[live] - center) / scale, sd[live] / scale
+    lo = max((floor - center) / scale, float((z_mu - _TAIL_SIGMAS * z_sd).max()))
+    hi = float((z_mu + _TAIL_SIGMAS * z_sd).max())
+    ks = np.arange(-_TAIL_SIGMAS, _TAIL_SIGMAS + 1, dtype=float)
+    cuts = np.concatenate([[lo, hi], (z_mu[:, None] + z_sd[:, None] * ks[None, :]).ravel()])
+    cuts = np.unique(np.clip(cuts, lo, hi))
+    nodes, weights = np.polynomial.legendre.leggauss(_NODES_PER_SEGMENT)
+    half, mid = (cuts[1:] - cuts[:-1]) / 2.0, (cuts[1:] + cuts[:-1]) / 2.0
+    x = (mid[:, None] + half[:, None] * nodes[None, :]).ravel()
+    w = (half[:, None] * weights[None, :]).ravel()
+    z = (x[:, None] - z_mu[None, :]) / z_sd[None, :]
+    cdf = np.clip(ndtr(z), 1e-300, 1.0)
+    with np.errstate(over="ignore", under="ignore"):  # far tails: exp(−∞) = 0 is right
+        pdf = np.exp(-0.5 * z * z) / (_SQRT_2PI * z_sd[None, :])
+        log_cdf = np.log(cdf)
+        # Π_{j≠i} Φ_j = Π_j Φ_j / Φ_i, in logs so that far tails do not underflow.
+        dens = pdf * np.exp(log_cdf.sum(axis=1, keepdims=True) - log_cdf)
+    live_p = w @ dens
+    # The fixed operands' share: every random one below the largest fixed value.
+    below = float(np.exp(np.log(np.clip(ndtr((floor - mu[live]) / sd[live]), 1e-300, 1.0)).sum()))
+    if fixed.any() and below > 0:
+        top = np.flatnonzero(fixed & (mu == floor))
+        out[top] = below / top.size
+    out[live] = live_p
+    total = float(out.sum())
+    return (out / total).tolist() if total > 0 else out.tolist()
+
+
+def energy_time_cov(sig: Signature) -> float:
+    """Cov(E, T) of one run of ``sig``, in J·s (docs/uncertainty.md).
+
+    The carried value (``meta["cov_energy_time"]``, from characterization or an earlier
+    composition), held to |Cov| ≤ σ_E·σ_T, when there is one; otherwise s·σ_T², the
+    value of Property 5.6's assumption that times are independent of dynamic energies
+    (with which every operator reduces to the paper's formulas, σ_d² = σ_E² − s²σ_T²
+    clamped at 0 included).
+    """
+    raw = sig.meta.get(COV_KEY)
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool) and math.isfinite(raw):
+        bound = math.sqrt(sig.var_energy * sig.var_time)
+        return min(bound, max(-bound, float(raw)))
+    return sig.static_power * sig.var_time
+
+
+def _dynamic_var(sig: Signature, static_power: float) -> float:
+    """Var(E − s·T) of one run: the part of σ_E² no static draw carries, in J²."""
+    cov = energy_time_cov(sig)
+    return max(0.0, sig.var_energy - 2.0 * static_power * cov + static_power**2 * sig.var_time)
+
+
 # Terms ------------------------------------------------------------------------------------
 def _top_operator(term: str) -> str | None:
     """The operator at paren depth 0 of a term, or None for an atom / parenthesized term."""
@@ -325,7 +444,8 @@ def seq(*sigs: Signature | Iterable[Signature], name: str | None = None) -> Sign
     """Sequential composition E₁ ⊗ E₂ ⊗ … on one device set.
 
     Times and dynamic energies add; the composite static power is the time-weighted mean
-    (E − d)/T; time and energy variances add (independent errors, Appendix F.1).
+    (E − d)/T; time and energy variances add, and so do the covariances Cov(E, T)
+    (independent errors, Appendix F.1).
 
     Args:
         *sigs: Signatures (or iterables of them) in execution order.
@@ -353,7 +473,11 @@ def seq(*sigs: Signature | Iterable[Signature], name: str | None = None) -> Sign
         var_energy=sum(s.var_energy for s in operands),
         devices=_device_union(operands),
         op_point=_common_op_point(operands),
-        meta={"composite": "seq", "operands": len(operands)},
+        meta={
+            "composite": "seq",
+            "operands": len(operands),
+            COV_KEY: sum(energy_time_cov(s) for s in operands),
+        },
         term=_join(SEQ_SYMBOL, operands, wrap=False),
     )
 
@@ -366,16 +490,18 @@ def par(
     """Same-device parallel composition E₁ ⊕ E₂ ⊕ … (co-starting elements).
 
     Static power is drawn once over the makespan; dynamic energies add:
-    E = s·max(T_i) + Σd_i. σ_E² = Σσ_d,i² + s²·Var(max T) (Property 5.6).
+    E = s·max(T_i) + Σd_i. σ_E² = Σσ_d,i² + s²·Var(max T) + 2s·C_max (Property 5.6,
+    Eq. 48), with σ_d,i² = Var(E_i − s·T_i) and C_max = Σ_i P(T_i is the max)·Cov(d_i, T_i),
+    which vanishes when times are independent of dynamic energies.
 
     Args:
         *sigs: Signatures (or iterables of them) on one device, at one static power.
         name: Name of the composite; defaults to ``⊕[a, b, …]``.
         time_mean: The composite's time T (and so its static energy s·T):
-            ``"max_of_means"`` (default, the paper's max_i T_i) or ``"expected_max"``
-            (E[max_i T_i] of Gaussian times, Clark for two operands, exact quadrature for
-            more). The max of the means is below E[max] whenever times vary, so it prices
-            the static energy low; ``"expected_max"`` is the unbiased mean.
+            ``"max_of_means"`` (default, the paper's max_i T_i, under which ⊕ is exactly
+            associative) or ``"expected_max"`` (E[max_i T_i] of Gaussian times, Clark for
+            two operands, exact quadrature for more: the mean of measurements, which the
+            max of the means underestimates whenever times vary).
 
     Raises:
         CompositionError: when operands sit on different devices or have different static
@@ -403,16 +529,25 @@ def par(
                 f"{operands[0].name!r} has {s0:g} W, {s.name!r} has {s.static_power:g} W"
             )
     makespan, var_max = _makespan_moments(operands, time_mean)
+    share = max_probabilities([s.time for s in operands], [s.var_time for s in operands])
+    # Cov(d_i, T_i) of each operand: its dynamic energy's part in the makespan's noise.
+    cov_dt = [energy_time_cov(s) - s0 * s.var_time for s in operands]
+    c_max = sum(p * c for p, c in zip(share, cov_dt, strict=True))
+    var_energy = sum(_dynamic_var(s, s0) for s in operands) + s0**2 * var_max + 2 * s0 * c_max
     return Signature(
         name=name or _name(PAR_SYMBOL, operands),
         static_power=s0,
         time=makespan,
         dynamic_energy=sum(s.dynamic_energy for s in operands),
         var_time=var_max,
-        var_energy=sum(s.var_dynamic for s in operands) + s0**2 * var_max,
+        var_energy=max(0.0, var_energy),
         devices=_device_union(operands),
         op_point=_common_op_point(operands),
-        meta={"composite": "par", "operands": len(operands)},
+        meta={
+            "composite": "par",
+            "operands": len(operands),
+            COV_KEY: s0 * var_max + c_max,
+        },
         term=_join(PAR_SYMBOL, operands, wrap=True),
     )
 
@@ -425,8 +560,17 @@ def par_multi(
 ) -> Signature:
     """Cross-device parallel composition E₁ ⊕multi E₂ ⊕multi … on disjoint devices.
 
-    Shorter operands are padded with idle elements up to the makespan, so every device
-    is covered to it. σ_E² = Σσ_d,i² + (Σs_i)²·Var(max T).
+    Every device is held to the makespan M = max_i T_i: an operand that ends earlier
+    idles at its device's idle draw p_i until then (an idle element whose duration
+    M − T_i inherits the variance of the times that set it, App. D). So
+    E = Σ_i (E_i − p_i·T_i) + P·M with P = Σ_i p_i, and to first order in the Gaussian
+    model (docs/uncertainty.md)
+
+        σ_E² = Σ_i Var(E_i − p_i·T_i) + P²·Var(M) + 2P·Σ_i π_i·Cov(E_i − p_i·T_i, T_i),
+
+    π_i = P(T_i is the max). Idling at each operand's own static power with times
+    independent of dynamic energies, this is the paper's Σσ_d,i² + (Σs_i)²·Var(max T)
+    (Eq. 22).
 
     Args:
         *sigs: Signatures on pairwise disjoint device sets.
@@ -436,8 +580,8 @@ def par_multi(
             device's ready draw explicitly in that case).
         name: Name of the composite.
         time_mean: The makespan the devices are held to: ``"max_of_means"`` (default,
-            the paper's max_i T_i) or ``"expected_max"`` (E[max_i T_i], see :func:`par`);
-            with the latter every operand, the longest included, is padded to E[max].
+            the paper's max_i T_i) or ``"expected_max"`` (E[max_i T_i], see :func:`par`;
+            every operand, the longest included, is padded to it).
 
     Raises:
         CompositionError: when two operands share a device, or for an unknown
@@ -458,18 +602,30 @@ def par_multi(
                 )
             seen[d] = s.name
     makespan, var_max = _makespan_moments(operands, time_mean)
+    share = max_probabilities([s.time for s in operands], [s.var_time for s in operands])
+    draws = [_idle_draw(s, idle_power) for s in operands]
+    held = sum(draws)
     padded: list[Signature] = []
-    for s in operands:
+    for s, draw in zip(operands, draws, strict=True):
         gap = makespan - s.time
         # Differences at rounding level are not idle periods (they would add ι terms).
         if gap > _REL_TOL * makespan:
-            draw = _idle_draw(s, idle_power)
             padded.append(seq(s, idle(gap, draw, s.devices), name=s.name))
         else:
             padded.append(s)
     dynamic = sum(s.dynamic_energy for s in operands)
+    # Each operand's energy net of the idle draw its own time displaces: E_i − p_i·T_i.
+    var_net = [
+        s.var_energy - 2.0 * p * energy_time_cov(s) + p * p * s.var_time
+        for s, p in zip(operands, draws, strict=True)
+    ]
+    cov_net = [energy_time_cov(s) - p * s.var_time for s, p in zip(operands, draws, strict=True)]
+    c_max = sum(pi * c for pi, c in zip(share, cov_net, strict=True))
+    var_energy = sum(max(0.0, v) for v in var_net) + held**2 * var_max + 2.0 * held * c_max
     # Summed directly, not as E − d, which cancels when d dwarfs the static part.
-    static_energy = sum(p.static_energy for p in padded)
+    static_energy = sum(
+        s.static_energy + p * (makespan - s.time) for s, p in zip(operands, draws, strict=True)
+    )
     sum_static = sum(s.static_power for s in operands)
     return Signature(
         name=name or _name(MULTI_SYMBOL, operands),
@@ -477,9 +633,13 @@ def par_multi(
         time=makespan,
         dynamic_energy=dynamic,
         var_time=var_max,
-        var_energy=sum(s.var_dynamic for s in operands) + sum_static**2 * var_max,
+        var_energy=max(0.0, var_energy),
         devices=_device_union(operands),
-        meta={"composite": "par_multi", "operands": len(operands)},
+        meta={
+            "composite": "par_multi",
+            "operands": len(operands),
+            COV_KEY: held * var_max + c_max,
+        },
         term=_join(MULTI_SYMBOL, padded, wrap=True),
     )
 

@@ -28,7 +28,15 @@ from typing import Any, TypeVar
 
 import yaml
 
-from eopt.calculus.operators import CompositionError, idle, par, par_multi, seq
+from eopt.calculus.operators import (
+    CompositionError,
+    idle,
+    max_moments,
+    max_probabilities,
+    par,
+    par_multi,
+    seq,
+)
 from eopt.calculus.uncertainty import BiasBound, accumulated_bias
 from eopt.model.fileformats import (
     KINDS,
@@ -51,6 +59,7 @@ __all__ = [
     "PlacementsError",
     "compose_schedule",
     "device_timelines",
+    "idle_windows",
     "read_placements",
     "schedule_bias",
     "schedule_breakdown",
@@ -152,7 +161,7 @@ def _clusters(placed: Sequence[_T], placement: Callable[[_T], Placement]) -> lis
     return clusters
 
 
-def _merge_cluster(device: str, cluster: list[Placement]) -> Signature:
+def _merge_cluster(device: str, cluster: list[Placement], time_mean: str) -> Signature:
     """One cluster as an element: a single placement, or ⊕ of idle-prefixed operands."""
     if len(cluster) == 1:
         return cluster[0].signature
@@ -175,7 +184,7 @@ def _merge_cluster(device: str, cluster: list[Placement]) -> Signature:
             operands.append(seq(idle(lead, p.signature.static_power, device), p.signature))
         else:
             operands.append(p.signature)
-    return par(operands)
+    return par(operands, time_mean=time_mean)
 
 
 def device_timelines(
@@ -196,8 +205,27 @@ def device_timelines(
     }
 
 
-def _device_parts(placements: Iterable[Any], idle_power: IdlePower) -> dict[str, list[Signature]]:
-    """Each device's sequence of elements, ⊕ groups and idle elements, origin to end."""
+@dataclass(frozen=True)
+class _DeviceTimeline:
+    """One device of a schedule as the calculus composes it.
+
+    Attributes:
+        parts: Its elements, ⊕ groups and idle gaps from the schedule's origin to the end
+            of its last element, in time order (the gaps' lengths are planned: what
+            comes after an element starts when it ends, plus the planned gap).
+        tail_w: Its draw after its last element, until the schedule's end, in W.
+        tail_s: That tail's planned length, in s (0 for the device that ends last).
+    """
+
+    parts: list[Signature]
+    tail_w: float
+    tail_s: float
+
+
+def _device_parts(
+    placements: Iterable[Any], idle_power: IdlePower, time_mean: str = "max_of_means"
+) -> dict[str, _DeviceTimeline]:
+    """Each device's elements, ⊕ groups and idle gaps, and what it draws after its last."""
     timelines = device_timelines(placements)
     if not timelines:
         raise ValueError("compose_schedule needs at least one placed element")
@@ -210,13 +238,13 @@ def _device_parts(placements: Iterable[Any], idle_power: IdlePower) -> dict[str,
             )
     origin = min(c[0].start for clusters in timelines.values() for c in clusters)
     horizon = max(p.end for clusters in timelines.values() for c in clusters for p in c)
-    out: dict[str, list[Signature]] = {}
+    out: dict[str, _DeviceTimeline] = {}
     for device, clusters in timelines.items():
         parts: list[Signature] = []
         cursor = origin
         previous: Signature | None = None
         for cluster in clusters:
-            merged = _merge_cluster(device, cluster)
+            merged = _merge_cluster(device, cluster, time_mean)
             gap = cluster[0].start - cursor
             if gap > _TIME_EPS_S:
                 draw = _gap_power(device, idle_power, previous or merged)
@@ -224,10 +252,11 @@ def _device_parts(placements: Iterable[Any], idle_power: IdlePower) -> dict[str,
             parts.append(merged)
             cursor = max(cursor, max(p.end for p in cluster))
             previous = merged
+        assert previous is not None  # every device has a cluster
         tail = horizon - cursor
-        if tail > _TIME_EPS_S and previous is not None:
-            parts.append(idle(tail, _gap_power(device, idle_power, previous), device))
-        out[device] = parts
+        out[device] = _DeviceTimeline(
+            parts, _gap_power(device, idle_power, previous), tail if tail > _TIME_EPS_S else 0.0
+        )
     return out
 
 
@@ -262,20 +291,21 @@ def schedule_breakdown(
 ) -> list[DeviceUsage]:
     """Per-device busy and idle time and energy of a schedule (devices in first-seen order).
 
-    The devices' energies add up to :func:`compose_schedule`'s energy; the idle share is
-    the static energy a schedule spends waiting (pipeline bubbles, stragglers).
+    The planned times, so the devices' energies add up to :func:`compose_schedule`'s
+    energy at ``time_mean="max_of_means"``; the idle share is the static energy a
+    schedule spends waiting (pipeline bubbles, stragglers).
     """
     usage = []
-    for device, parts in _device_parts(placements, idle_power).items():
-        idles = [p for p in parts if p.meta.get("idle")]
-        busy = [p for p in parts if not p.meta.get("idle")]
+    for device, timeline in _device_parts(placements, idle_power).items():
+        idles = [p for p in timeline.parts if p.meta.get("idle")]
+        busy = [p for p in timeline.parts if not p.meta.get("idle")]
         usage.append(
             DeviceUsage(
                 device=device,
                 busy_s=sum(p.time for p in busy),
-                idle_s=sum(p.time for p in idles),
+                idle_s=sum(p.time for p in idles) + timeline.tail_s,
                 busy_static_j=sum(p.static_energy for p in busy),
-                idle_j=sum(p.energy for p in idles),
+                idle_j=sum(p.energy for p in idles) + timeline.tail_w * timeline.tail_s,
                 dynamic_j=sum(p.dynamic_energy for p in busy),
             )
         )
@@ -286,20 +316,28 @@ def compose_schedule(
     placements: Iterable[Any],
     idle_power: IdlePower = None,
     name: str = "schedule",
+    time_mean: str = "max_of_means",
 ) -> Signature:
     """Compose a schedule of placed elements into one signature (paper §3.3.4).
 
     Same-device overlaps merge with ``par`` (later starters idle-prefixed), every gap and
-    the time before a device's first and after its last element become idle elements, each
-    device is composed with ``seq`` and the devices with ``par_multi``. The result's
-    ``.term`` is the operator expression, e.g. for Figure 2 of the paper::
+    the time before a device's first element become idle elements, each device is
+    composed with ``seq`` and the devices with ``par_multi``, which holds each device at
+    its idle draw from its last element to the makespan. The result's ``.term`` is the
+    operator expression, e.g. for Figure 2 of the paper::
 
         ((F1 ⊗ F2 ⊗ ι ⊗ B1 ⊗ ι ⊗ (B2 ⊕ (ι ⊗ AR))) ⊕multi (ι ⊗ F1 ⊗ … ⊗ ι))
+
+    Its time and energy are the means of the makespan and of the energy under the
+    uncertainty model of docs/uncertainty.md, and its variances those of one run.
 
     Assumptions:
         The context-independent algebra: each element keeps its signature wherever it is
         placed. The schedule's origin is the earliest start over all placements, its end
-        the latest end; every device that appears is held over that whole span.
+        the latest end; every device that appears is held over that whole span. A
+        device's first element starts at its placement; each later part of a device
+        starts when the one before it ends, plus the planned gap (the gaps are planned,
+        the device's end and so every idle tail inherits the elements' time noise).
 
     Args:
         placements: ``Placement`` objects, ``(signature, device, start)`` tuples or dicts
@@ -309,6 +347,10 @@ def compose_schedule(
             before the gap (after it, for a leading gap), one value for every device, or
             a mapping device → W (which must name every device).
         name: Name of the composite signature.
+        time_mean: ``"max_of_means"`` (default, the paper's convention: the planned
+            makespan, what a solver's schedule reports) or ``"expected_max"``
+            (makespans at their mean E[max]: what measurements average to, and what
+            ``eopt check`` compares them with).
 
     Returns:
         The composite signature; ``.devices`` lists the devices in first-seen order.
@@ -327,17 +369,75 @@ def compose_schedule(
         >>> s.term, s.energy  # 2 devices x 50 W x 2 s + 14 J
         ('(a ⊕multi (ι ⊗ b ⊗ ι))', 214.0)
     """
-    parts = _device_parts(placements, idle_power)
-    per_device = [seq(ps, name=f"{name}@{device}") for device, ps in parts.items()]
+    devices = _device_parts(placements, idle_power, time_mean)
+    per_device = [seq(t.parts, name=f"{name}@{device}") for device, t in devices.items()]
     if len(per_device) == 1:
         return per_device[0].with_(name=name)
-    return par_multi(per_device, idle_power=idle_power, name=name)
+    tails = {device: t.tail_w for device, t in devices.items()}
+    return par_multi(per_device, idle_power=tails, name=name, time_mean=time_mean)
+
+
+@dataclass(frozen=True)
+class IdleWindows:
+    """What App. D adds for the idle windows of a multi-device schedule.
+
+    Attributes:
+        gate: Per element (device, start s, name), the factor 1 + w·P′/s on its bias
+            tolerances: w is the probability its end sets the makespan, P′ the idle
+            draw of every other device, W, s its static power — while it stretches, the
+            devices waiting for it keep drawing (the power ratio after Eq. 38).
+        tails: Per device that can end before the makespan, ``(label, 2, σ_Eι)`` with
+            σ_Eι = p·√Var(M − end), J: the tail idle element, whose duration inherits
+            the variance of the times that set it, carrying its two substitutions.
+    """
+
+    gate: dict[tuple[str, float, str], float]
+    tails: tuple[tuple[str, float, float], ...]
+
+
+def idle_windows(placements: Iterable[Any], idle_power: IdlePower = None) -> IdleWindows:
+    """The idle-window terms of App. D (after Eq. 38) for a schedule's bias bound.
+
+    One device: none (its gaps are planned, of schedule-set duration and no variance).
+    Several: each device idles from its last end to the makespan M; to first order in
+    the Gaussian model of docs/uncertainty.md, Var(M − end_d) = Var(end_d)·(1 − 2π_d) +
+    Var(M) with π_d the probability that device d ends last, which for the padded pair of
+    App. D is the paper's σ_Eι² = s₁²(σ_T1² + σ_T2²).
+    """
+    parts = _device_parts(placements, idle_power)
+    if len(parts) < 2:
+        return IdleWindows({}, ())
+    chains = {d: seq(t.parts, name=d) for d, t in parts.items()}
+    ends = [c.time for c in chains.values()]
+    end_vars = [c.var_time for c in chains.values()]
+    last = max_probabilities(ends, end_vars)
+    _, var_m = max_moments(ends, end_vars)
+    draw = {d: t.tail_w for d, t in parts.items()}
+    total = sum(draw.values())
+    spreads = [
+        (d, draw[d] * math.sqrt(max(0.0, v * (1.0 - 2.0 * pi) + var_m)))
+        for d, v, pi in zip(chains, end_vars, last, strict=True)
+    ]
+    tails = tuple((f"ι after {d}", 2.0, sd) for d, sd in spreads if sd > 0.0)
+    gate: dict[tuple[str, float, str], float] = {}
+    for (device, clusters), pi_dev in zip(device_timelines(placements).items(), last, strict=True):
+        others = total - draw[device]
+        for cluster in clusters:
+            t0 = cluster[0].start
+            ends_in = [p.end - t0 for p in cluster]
+            share = max_probabilities(ends_in, [p.signature.var_time for p in cluster])
+            for p, pi in zip(cluster, share, strict=True):
+                s_p = p.signature.static_power
+                factor = 1.0 + pi_dev * pi * others / s_p if s_p > 0 else 1.0
+                gate[(device, p.start, p.signature.name)] = factor
+    return IdleWindows(gate, tails)
 
 
 def schedule_bias(
     placements: Iterable[Any],
     confidence: float = 0.95,
     starts_at_null: bool = True,
+    idle_power: IdlePower = None,
 ) -> BiasBound:
     """Worst-case reduction bias of composing a schedule context-independently (App. D).
 
@@ -346,22 +446,34 @@ def schedule_bias(
     for the entry-state substitution unless it starts at the schedule's origin (and the
     schedule starts at the null context), and one for the isolation substitution when it
     co-runs (it shares a ⊕ group, or the schedule spans several devices, joined by
-    ⊕multi). Idle elements have schedule-set durations and are not counted.
+    ⊕multi). Across devices, App. D's idle windows add (:func:`idle_windows`): an element
+    that can set the makespan scales its tolerances by the power ratio of the devices
+    waiting for it, and each device's idle tail carries two tolerances of its own. Gaps
+    inside a device are planned: schedule-set durations, not counted.
+
+    Args:
+        placements: As for :func:`compose_schedule`.
+        confidence: 1 − α.
+        starts_at_null: Whether the schedule starts at the null context.
+        idle_power: The idle draw, as for :func:`compose_schedule` (it weighs the idle
+            windows).
     """
     timelines = device_timelines(placements)
     if not timelines:
         raise ValueError("schedule_bias needs at least one placed element")
     origin = min(c[0].start for clusters in timelines.values() for c in clusters)
     multi = len(timelines) > 1
+    windows = idle_windows(placements, idle_power)
     contributions: list[tuple[str, float, float]] = []
-    for clusters in timelines.values():
+    for device, clusters in timelines.items():
         for cluster in clusters:
             for p in cluster:
                 at_start = starts_at_null and p.start - origin <= _TIME_EPS_S
                 corun = multi or len(cluster) > 1
                 m = (0.0 if at_start else 1.0) + (1.0 if corun else 0.0)
+                m *= windows.gate.get((device, p.start, p.signature.name), 1.0)
                 contributions.append((p.signature.name, m, p.signature.std_energy))
-    return accumulated_bias(contributions, confidence)
+    return accumulated_bias([*contributions, *windows.tails], confidence)
 
 
 # Placement files ----------------------------------------------------------------------------

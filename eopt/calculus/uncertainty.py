@@ -33,6 +33,7 @@ __all__ = [
     "deviation_test",
     "history_insensitivity",
     "interference_insensitivity",
+    "mean_interval",
     "padded_pair_bias",
     "prediction_interval",
     "reduction_bias",
@@ -106,6 +107,51 @@ def prediction_interval(
         raise ValueError(f"n_runs must be a positive integer, got {n_runs!r}")
     energy, std = _estimate(estimate, "prediction_interval")
     return Interval(energy, c_alpha(confidence) * std / math.sqrt(n_runs), confidence)
+
+
+def mean_interval(
+    predicted: float,
+    standard_error: float,
+    single_run_std: float,
+    n_runs: int,
+    confidence: float = DEFAULT_CONFIDENCE,
+    characterization_runs: int | None = None,
+) -> Interval:
+    """Where the mean of ``n_runs`` fresh runs should fall: Ê ± q·√(SE² + σ̂²/n).
+
+    A composed prediction is an estimate too: SE is the error it inherits from its
+    elements' characterization (:func:`eopt.calculus.sensitivity.prediction_error`), σ̂
+    its propagated single-run spread; the two are independent (docs/uncertainty.md).
+    Both come from sample spreads; given the runs behind them, q is Student's t
+    quantile at the Welch–Satterthwaite degrees of freedom (each part with
+    ``characterization_runs − 1``), else the Gaussian c_α. The same for a time, in s.
+
+    Args:
+        predicted: Ê, the predicted mean (J or s).
+        standard_error: SE of Ê (J or s), ≥ 0.
+        single_run_std: σ̂ of one run (J or s), ≥ 0.
+        n_runs: Runs the measured mean averages.
+        confidence: 1 − α.
+        characterization_runs: Runs per element behind SE and σ̂ (None: known spreads).
+
+    Example:
+        >>> str(mean_interval(10.0, 0.3, 2.0, 100))  # √(0.09 + 0.04) = 0.36
+        '10 ± 0.707 J (95%: 9.29332 – 10.7067 J)'
+    """
+    if isinstance(n_runs, bool) or not isinstance(n_runs, int) or n_runs < 1:
+        raise ValueError(f"n_runs must be a positive integer, got {n_runs!r}")
+    values = (predicted, standard_error, single_run_std)
+    if not all(math.isfinite(v) for v in values) or min(standard_error, single_run_std) < 0:
+        raise ValueError(f"mean_interval: finite values and spreads ≥ 0 needed, got {values}")
+    a, b = standard_error**2, single_run_std**2 / n_runs
+    scale = math.sqrt(a + b)
+    q = c_alpha(confidence)
+    if characterization_runs is not None and characterization_runs > 1 and scale > 0:
+        from scipy import stats  # loaded on first use: keeps `import eopt` fast
+
+        df = (a + b) ** 2 / ((a * a + b * b) / (characterization_runs - 1))
+        q = float(stats.t.ppf(1.0 - (1.0 - confidence) / 2.0, df))
+    return Interval(predicted, q * scale, confidence)
 
 
 Verdict = Literal["cheaper", "costlier", "indistinguishable"]

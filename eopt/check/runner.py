@@ -7,10 +7,12 @@ runtime context ρ it shared. :class:`SimRunner` does it on simulated GPUs; ever
 on a fresh node, so every run starts at the null context (paper Axiom M2) and runs are
 independent draws.
 
-A job starts when the job it follows on its device ends (the one that ends last before
-its planned start), after the planned gap, as a program launches a kernel when what it
-waits for is done; a device's first job starts at its planned time. Jobs whose planned
-intervals overlap co-run.
+Jobs whose planned intervals chain-overlap on a device form a group that co-runs; the
+group's members keep their planned offsets from its first start. A group starts when
+every job of the group before it on its device has ended, after the planned gap, as a
+program launches a kernel when what it waits for is done; a device's first group starts
+at its planned time. This is the timing the calculus composes (docs/uncertainty.md):
+gaps are planned, ends inherit the elements' time noise.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ __all__ = [
     "SimRunner",
     "check_run_args",
     "first_jobs",
+    "parse_jitter",
 ]
 
 # Planned intervals closer than this are back to back, not overlapping (1 ns).
@@ -198,6 +201,8 @@ class SimRunner:
         power_limit_w: Power limit of every GPU, in W (None: the profile's default).
         power_budget_w: The node's power budget, in W (None: none).
         params: Mechanism parameters (:class:`~eopt.sim.mechanisms.MechanismParams`).
+        jitter: Launch-time noise: the relative standard deviation of every kernel's
+            duration (0.02 for 2 %), in place of the profile's; None: the profile's.
     """
 
     def __init__(
@@ -211,8 +216,9 @@ class SimRunner:
         power_limit_w: float | None = None,
         power_budget_w: float | None = None,
         params: Any = None,
+        jitter: float | None = None,
     ) -> None:
-        from eopt.sim.mechanisms import Mechanisms
+        from eopt.sim.mechanisms import Mechanisms, NoiseModel
 
         self.elements = dict(elements)
         self.devices = list(dict.fromkeys(devices))
@@ -227,6 +233,8 @@ class SimRunner:
         self.power_limit_w = power_limit_w
         self.power_budget_w = power_budget_w
         self.params = params
+        self.jitter = jitter
+        self.noise_model = NoiseModel(time_jitter=jitter)  # refuses a jitter out of range
         self._static: dict[str, float] = {}
         self._idle: dict[float | None, float] = {}
 
@@ -241,6 +249,7 @@ class SimRunner:
             params=self.params,
             power_budget_w=self.power_budget_w,
             noise=self.noise,
+            noise_model=self.noise_model,
         )
         if self.power_limit_w is not None:
             for gpu in node:
@@ -360,23 +369,12 @@ class SimRunner:
                 _set_clock(gpus[device], clock_mhz)
         t0 = clock.now() + origin_lead
         order = sorted(range(len(jobs)), key=lambda i: (jobs[i].start_s, i))
-        # Each job follows the job that ends last before its planned start on its device
-        # (its anchor), after the planned gap: a program launches a kernel when what it
-        # waits for is done, not at a wall-clock time. A job with no anchor starts at its
-        # planned time. Jobs that overlap in the plan get streams of their own and co-run.
-        stream_of: dict[int, str] = {}
-        anchor: dict[int, list[int]] = {}
-        for n, i in enumerate(order):
-            job = jobs[i]
-            stream_of[i] = f"j{i}"  # a stream per job: launches are timed here, never queued
-            before = [
-                j
-                for j in order[:n]
-                if jobs[j].device == job.device and jobs[j].end_s <= job.start_s + 1e-12
-            ]
-            last = max((jobs[j].end_s for j in before), default=None)
-            # Ties (a co-run group ending together) are all waited for, as a sync would.
-            anchor[i] = [j for j in before if last is not None and jobs[j].end_s >= last - 1e-12]
+        # Each job waits for the whole group before its own on its device (its anchor) and
+        # starts the planned gap after that group's last end: a program launches a kernel
+        # when what it waits for is done, not at a wall-clock time. The first group starts
+        # at its planned time. Jobs get streams of their own, so a group co-runs.
+        stream_of = {i: f"j{i}" for i in order}  # launches are timed here, never queued
+        anchor = _previous_groups(jobs, order)
         if clock.now() < t0:
             clock.advance_to(t0)
         counters0 = {d: _energy(gpu) for d, gpu in gpus.items()}
@@ -410,7 +408,8 @@ class SimRunner:
                     ends = [rec_of[a].start_s + rec_of[a].duration_s for a in waits]
                     if max(ends) > now + 1e-15:
                         continue  # the horizon already stops at the next end
-                    t_launch = max(ends) + max(job.start_s - jobs[waits[0]].end_s, 0.0)
+                    planned_end = max(jobs[a].end_s for a in waits)
+                    t_launch = max(ends) + max(job.start_s - planned_end, 0.0)
                 else:
                     continue
                 t_clock = t_launch - job.settle_before_s
@@ -466,6 +465,52 @@ class SimRunner:
         # part of it.
         total = float(sum(dev_e[d] for d in dict.fromkeys(j.device for j in jobs)))
         return total, float(last_end - t0), dev_e, tuple(out)
+
+
+def _previous_groups(jobs: Sequence[Job], order: Sequence[int]) -> dict[int, list[int]]:
+    """Each job's anchor: the jobs of the group before its own on its device.
+
+    A group is a maximal run of jobs whose planned intervals chain-overlap (as the
+    calculus clusters a schedule); its members keep their offsets from its first start,
+    so each one waits for the previous group, not for a member of its own.
+    """
+    anchor: dict[int, list[int]] = {}
+    groups: dict[str, list[list[int]]] = {}
+    group_end: dict[str, float] = {}
+    for i in order:
+        job = jobs[i]
+        device_groups = groups.setdefault(job.device, [])
+        # The calculus's rule (eopt.calculus.schedule): overlaps below 1 ps are rounding.
+        if device_groups and job.start_s < group_end[job.device] - 1e-12:
+            device_groups[-1].append(i)
+            group_end[job.device] = max(group_end[job.device], job.end_s)
+        else:
+            device_groups.append([i])
+            group_end[job.device] = job.end_s
+        anchor[i] = list(device_groups[-2]) if len(device_groups) > 1 else []
+    return anchor
+
+
+def parse_jitter(text: str | float | None, what: str = "jitter") -> float | None:
+    """A launch-time jitter for :class:`SimRunner` from ``"2%"`` or ``"0.02"``.
+
+    Args:
+        text: The relative spread of every kernel's duration; None: the profile's own.
+        what: How errors name the place (e.g. ``"--jitter"``).
+
+    Raises:
+        ValueError: one line naming ``what``, what was read and how to write it.
+
+    Example:
+        >>> parse_jitter("2%"), parse_jitter(None)
+        (0.02, None)
+    """
+    from eopt.model.units import parse_fraction
+    from eopt.sim.mechanisms import MAX_TIME_JITTER
+
+    if text is None:
+        return None
+    return parse_fraction(text, what=what, maximum=MAX_TIME_JITTER)
 
 
 def check_run_args(jobs: Sequence[Job], runs: int) -> None:

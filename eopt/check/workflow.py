@@ -26,9 +26,12 @@
    the graph, the library grows, and the prediction is composed again; the refined interval
    should now cover the measurement.
 
-A prediction composed from signatures measured over n runs has a standard error: each
-element type's characterization error is shared by all its instances, so it counts once per
-type with the instance count as its weight (an upper bound on the composite's sensitivity).
+Predictions are means of one run under the uncertainty model (docs/uncertainty.md):
+makespans at E[max], gaps planned, idle tails inheriting the makespan's noise. A
+prediction composed from signatures measured over n runs has a standard error: each
+element type's characterization error is shared by all its instances, weighted by how
+much the composition moves with that type's mean energy and mean time
+(:func:`eopt.calculus.sensitivity.prediction_error`).
 """
 
 from __future__ import annotations
@@ -45,7 +48,9 @@ from eopt.calculus.contextual import ContextWarning
 from eopt.calculus.contextual_schedule import compose_with_interactions
 from eopt.calculus.deviation import DeviationReport, MeanEstimate, Runs, deviation_report
 from eopt.calculus.interactions import EntryEdge, InteractionGraph, RuntimeEdge
+from eopt.calculus.operators import COV_KEY
 from eopt.calculus.schedule import Placement
+from eopt.calculus.sensitivity import prediction_error, signature_key
 from eopt.calculus.uncertainty import DEFAULT_CONFIDENCE, BiasBound
 from eopt.check.result_file import CHECK_SCHEMA
 from eopt.check.runner import Job, RunSet, ScheduleRunner
@@ -242,54 +247,63 @@ def _report_dict(r: DeviationReport) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------- prediction
-def _sig_key(sig: Signature) -> tuple[str, str]:
-    return sig.name, repr(sig.context)
+Swap = Callable[[Signature], Signature]
+Placed = Callable[[Swap | None], tuple[list[Placement], Mapping[str, float] | None]]
 
 
 def predict(
-    placements: Sequence[Placement],
+    placed: Placed,
     library: Sequence[Signature],
     graph: InteractionGraph,
     runs_of: Callable[[Signature], int],
     confidence: float = DEFAULT_CONFIDENCE,
-    idle_power_w: float | Mapping[str, float] | None = None,
 ) -> Prediction:
-    """Compose ``placements`` with ``graph`` and give the means' standard errors.
+    """Compose a schedule with ``graph`` and give the means' standard errors.
+
+    The prediction is the mean of one run under the uncertainty model (makespans at
+    E[max], docs/uncertainty.md); its standard errors are what it inherits from the
+    characterization of its element types (:func:`eopt.calculus.sensitivity.prediction_error`,
+    each type's error shared by all its instances).
 
     Args:
-        placements: The placed elements (null-context signatures).
+        placed: The placed elements and the devices' trailing idle draw (W), with every
+            element's signature passed through the given map first (None: unchanged);
+            re-timed by it, so a shifted mean time moves what follows.
         library: Signatures the graph's edges point to.
         graph: The interaction graph.
         runs_of: Number of runs behind a signature's means.
         confidence: 1 − α of the bias bound.
-        idle_power_w: Draw of idle gaps, in W, one value or per device (None: the
-            neighbouring element's static power).
     """
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", ContextWarning)
-        comp = compose_with_interactions(
+
+    def compose(swap: Swap | None) -> Any:
+        placements, idle_power_w = placed(swap)
+        return compose_with_interactions(
             placements,
             library,
             graph,
             idle_power=idle_power_w,
             confidence=confidence,
             outside="warn",
+            time_mean="expected_max",
         )
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ContextWarning)
+        comp = compose(None)
     notes = tuple(comp.notes) + tuple(str(w.message) for w in caught)
-    counts: dict[tuple[str, str], tuple[int, Signature]] = {}
-    for p in comp.placements:
-        k = _sig_key(p.signature)
-        n, _ = counts.get(k, (0, p.signature))
-        counts[k] = (n + 1, p.signature)
-    se_e2 = se_t2 = 0.0
-    for k, sig in counts.values():
-        n = max(runs_of(sig), 1)
-        se_e2 += (k * sig.std_energy) ** 2 / n
-        se_t2 += (k * sig.std_time) ** 2 / n
-    runs = max(min(max(runs_of(sig), 2) for _, sig in counts.values()), 2)
+    elements = {signature_key(p.signature): p.signature for p in comp.placements}
+
+    def moments(swap: Swap) -> tuple[float, float]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ContextWarning)
+            sig = compose(swap).signature
+        return sig.energy, sig.time
+
+    err = prediction_error(moments, elements, runs_of)
+    runs = max(min(max(runs_of(sig), 2) for sig in elements.values()), 2)
     sig = comp.signature
-    energy = MeanEstimate(sig.energy, math.sqrt(se_e2 * runs), runs)
-    time = MeanEstimate(sig.time, math.sqrt(se_t2 * runs), runs)
+    energy = MeanEstimate(sig.energy, err.energy_j * math.sqrt(runs), runs)
+    time = MeanEstimate(sig.time, err.time_s * math.sqrt(runs), runs)
     return Prediction(sig, energy, time, comp.bias, notes)
 
 
@@ -344,6 +358,9 @@ def _signature(
     meta: Mapping[str, Any],
 ) -> Signature:
     e, t = float(energy.mean()), float(time.mean())
+    # Energy and time of one run move together (a longer run draws longer): the
+    # covariance the composition needs to price time noise (docs/uncertainty.md).
+    cov = float(np.cov(energy, time, ddof=1)[0, 1])
     return Signature(
         name,
         static_power=static_w,
@@ -352,7 +369,7 @@ def _signature(
         var_time=float(time.var(ddof=1)),
         var_energy=float(energy.var(ddof=1)),
         devices=(device,),
-        meta={**meta, "n": int(energy.size)},
+        meta={**meta, "n": int(energy.size), COV_KEY: cov},
         context=context,
     )
 
@@ -437,7 +454,9 @@ class _Session:
         self._cache[key] = pooled
         return fresh, pooled
 
-    def placed(self, idxs: Sequence[int]) -> tuple[list[Placement], Mapping[str, float] | None]:
+    def placed(
+        self, idxs: Sequence[int], swap: Swap | None = None
+    ) -> tuple[list[Placement], Mapping[str, float] | None]:
         """The placements ``idxs`` as the refined composition sees them, gaps included.
 
         Found interactions are substituted where their pattern occurs among ``idxs``;
@@ -494,6 +513,8 @@ class _Session:
                 key = (plan[before].signature.name, plan[i].signature.name)
                 sig = self.entry_values.get(key, sig)
             units.append((sig, plan[i].device, (i,)))
+        if swap is not None:
+            units = [(swap(sig), device, members) for sig, device, members in units]
         return self._with_idle(self._retime(units, start))
 
     def _lane_predecessor(self, i: int, chosen: Sequence[int]) -> int | None:
@@ -582,14 +603,12 @@ class _Session:
         return out
 
     def predict(self, idxs: Sequence[int]) -> Prediction:
-        placed, idle_power_w = self.placed(idxs)
         return predict(
-            placed,
+            lambda swap: self.placed(idxs, swap),
             self.library + self.added,
             self.given_graph,
             self.runs_of,
             self.confidence,
-            idle_power_w,
         )
 
     def test(self, idxs: Sequence[int], confidence: float = 0.0) -> tuple[DeviationReport, RunSet]:

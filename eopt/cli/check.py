@@ -173,6 +173,12 @@ def _placement_outline(path: Path) -> tuple[list[str], list[str]]:
     is_flag=True,
     help="Without --sim: never change a GPU setting (elements may not lock clocks).",
 )
+@click.option(
+    "--jitter",
+    metavar="PCT",
+    help="With --sim: every kernel's launch-time noise, the relative spread of its "
+    "duration (e.g. 2%); default: the GPU profile's.",
+)
 @sim_model_option("Simulated GPU.", name="--model")
 @click.option("--power-budget", "power_budget_w", type=float, help="Node power budget, W.")
 @click.option("--power-limit", "power_limit_w", type=float, help="Every GPU's power limit, W.")
@@ -222,6 +228,7 @@ def command(
     sync: str,
     cooldown_s: float,
     no_control: bool,
+    jitter: str | None,
     model: str,
     power_budget_w: float | None,
     power_limit_w: float | None,
@@ -248,6 +255,7 @@ def command(
     Examples:
       eopt check sched.yaml --sim --kernels kernels.yaml
       eopt check sched.yaml --sim --kernels kernels.yaml --mechanisms none
+      eopt check sched.yaml --sim --kernels kernels.yaml --mechanisms none --jitter 2%
       eopt check sched.yaml --library lib.jsonl --sim --mechanisms cache,contention --json
       eopt check sched.yaml --sim --kernels k.yaml --write-graph g.json -o check.json
       eopt check sched.yaml --kernels real.yaml --sync torch --gpu gpu0=0   # real GPUs
@@ -259,6 +267,7 @@ def command(
     """
     from eopt.calculus.interactions import InteractionsError, read_interactions, write_interactions
     from eopt.calculus.schedule import PlacementsError, read_placements
+    from eopt.check.runner import parse_jitter
     from eopt.check.workflow import characterize_element, check_schedule
     from eopt.model.library import LibraryError, read_library
     from eopt.sim.mechanisms import Mechanisms
@@ -269,6 +278,12 @@ def command(
         (write_library, "--write-library"),
     ):
         check_output(path, force, option)
+    if jitter is not None and not sim:
+        raise UserError("--jitter sets the simulated kernels' launch-time noise: add --sim")
+    try:
+        jitter_fraction = parse_jitter(jitter, "--jitter")
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     if sim:
         try:
             Mechanisms.parse(mechanisms)
@@ -287,7 +302,7 @@ def command(
     if sim:
         runner: Any = _sim_runner(
             schedule_file, kernels_file, names, by_name, devices, model, mechanisms,
-            power_limit_w, power_budget_w,
+            power_limit_w, power_budget_w, jitter_fraction,
         )  # fmt: skip
     else:
         runner, opened = _device_runner(
@@ -333,6 +348,7 @@ def command(
     data = result.to_dict()
     if sim:
         data["mechanisms"] = list(runner.mechanisms.enabled())
+        data["jitter"] = runner.jitter
     data["schedule"] = str(schedule_file)
     if output is not None:
         write_json(output, data)
@@ -359,6 +375,7 @@ def _sim_runner(
     mechanisms: str,
     power_limit_w: float | None,
     power_budget_w: float | None,
+    jitter: float | None = None,
 ) -> Any:
     """The simulator's runner: each element a simulated kernel."""
     from eopt.check.runner import SimRunner
@@ -381,6 +398,7 @@ def _sim_runner(
             mechanisms=mechanisms,
             power_limit_w=power_limit_w,
             power_budget_w=power_budget_w,
+            jitter=jitter,
         )
     except ValueError as exc:
         raise UserError(str(exc)) from None

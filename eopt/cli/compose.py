@@ -232,6 +232,14 @@ def _print(data: dict[str, Any], confidence: float) -> None:
     metavar="W|DEV=W,...",
     help="Draw of idle gaps and padding (default: each device's static power).",
 )
+@click.option(
+    "--time-mean",
+    type=click.Choice(["max_of_means", "expected_max"]),
+    default="max_of_means",
+    show_default=True,
+    help="Makespans of ⊕/⊕multi: the paper's max of the mean times (the planned value) or "
+    "E[max], the mean a measurement averages to (docs/uncertainty.md).",
+)
 @confidence_option("Confidence of the printed interval.")
 @click.option(
     "--measured",
@@ -252,6 +260,7 @@ def command(
     schedule_file: Path | None,
     graph_file: Path | None,
     idle_power_text: str | None,
+    time_mean: str,
     confidence: float,
     measured: str | None,
     as_json: bool,
@@ -315,8 +324,8 @@ def command(
                 )
             tree = parse_expression(expression)
             names = _null_context(library)
-            sig = evaluate_expression(tree, names, expression, idle_power)
-            bias = expression_bias(tree, names, confidence)
+            sig = evaluate_expression(tree, names, expression, idle_power, time_mean)
+            bias = expression_bias(tree, names, confidence, idle_power=idle_power)
         else:
             assert schedule_file is not None
             placements = read_placements(schedule_file, _null_context(library))
@@ -325,12 +334,17 @@ def command(
             graph = read_interactions(graph_file) if graph_file is not None else None
             try:
                 if graph is None:
-                    sig = compose_schedule(placements.placements, idle_power)
-                    bias = schedule_bias(placements.placements, confidence)
+                    sig = compose_schedule(placements.placements, idle_power, time_mean=time_mean)
+                    bias = schedule_bias(placements.placements, confidence, idle_power=idle_power)
                     usage = schedule_breakdown(placements.placements, idle_power)
                 else:
                     result = compose_with_interactions(
-                        placements.placements, library, graph, idle_power, confidence=confidence
+                        placements.placements,
+                        library,
+                        graph,
+                        idle_power,
+                        confidence=confidence,
+                        time_mean=time_mean,
                     )
                     sig, bias = result.signature, result.bias
                     usage = schedule_breakdown(result.placements, idle_power)

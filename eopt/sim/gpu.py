@@ -959,7 +959,9 @@ class SimulatedGPU:
         time_scale, power_scale = 1.0, 1.0
         state = "normal"
         if self._noise:
-            time_scale = max(0.5, 1.0 + self._phys.time_jitter * self._rng.standard_normal())
+            jitter = self.noise_model.time_jitter
+            jitter = self._phys.time_jitter if jitter is None else jitter
+            time_scale = max(0.5, 1.0 + jitter * self._rng.standard_normal())
             power_scale = max(0.5, 1.0 + self._phys.activity_jitter * self._rng.standard_normal())
             time_scale, power_scale, state = self._extra_noise(time_scale, power_scale)
         temp_key = round(self._temp_c, 1)
@@ -980,10 +982,10 @@ class SimulatedGPU:
     def _extra_noise(self, time_scale: float, power_scale: float) -> tuple[float, float, str]:
         model = self.noise_model
         if self._locked_sm is None:
-            # The boost clock wanders when unlocked (see NoiseModel for the data).
-            time_scale *= max(
-                0.5, 1.0 + model.unlocked_time_jitter * self._extra_rng.standard_normal()
-            )
+            # The boost clock wanders when unlocked (see NoiseModel for the data); a
+            # chosen launch-time jitter replaces its share of the time noise.
+            extra = model.unlocked_time_jitter if model.time_jitter is None else 0.0
+            time_scale *= max(0.5, 1.0 + extra * self._extra_rng.standard_normal())
             power_scale *= max(
                 0.5, 1.0 + model.unlocked_power_jitter * self._extra_rng.standard_normal()
             )
@@ -1026,11 +1028,19 @@ class SimulatedGPU:
         dram_per_link = (
             self.profile.link_bandwidth_bytes_per_s / self.profile.memory_bandwidth_bytes_per_s
         )
+        f_max = self.profile.max_sm_clock_mhz
+        g_now = float(leak_factor(self._phys, self._temp_c))
+        ready_w = float(static_power_w(self._phys, f_set, f_max, self._temp_c))
         for active in self._active.values():
             job, d = active.job, active.demand
             if collectives_only and not job.over_link:
                 continue
             run = self._iso_run(active, f_set, limit)
+            # What it draws alone above the ready device, exactly as the lone regime
+            # prices it (its own slice throttling and jitter included).
+            g0 = float(leak_factor(self._phys, active.temp_key_c))
+            alone_w = (run.power_w - run.leak_coeff_w * g0) * active.power_scale
+            alone_w += run.leak_coeff_w * g_now
             out.append(
                 (
                     active,
@@ -1048,6 +1058,7 @@ class SimulatedGPU:
                         sm_share=job.sm_share,
                         sm_floor=self.params.comm_sm_fraction if job.over_link else 0.0,
                         power_scale=active.power_scale,
+                        excess_w=alone_w - ready_w,
                     ),
                 )
             )
@@ -1114,9 +1125,10 @@ class SimulatedGPU:
             contention=self.mechanisms.contention,
             power_cap=self.mechanisms.power_cap,
             link_stretch=outside,
+            set_clock_mhz=self._sm_clock_set_mhz(),
         )
         self._mode = "corun"
-        self._corun_clock_mhz = result.device_clock_mhz
+        self._corun_clock_mhz = result.static_clock_mhz
         self._corun_dynamic_w = result.dynamic_w
         power_ref = self._power_now_w()
         for i, (active, run, _) in enumerate(kernels):

@@ -45,6 +45,7 @@ import numpy as np
 from eopt.sim.physics import GpuPhysics, static_power_w, voltage_rel
 
 __all__ = [
+    "MAX_TIME_JITTER",
     "CoRunKernel",
     "CoRunResult",
     "MechanismParams",
@@ -190,6 +191,11 @@ class MechanismParams:
                 )
 
 
+#: The largest launch-time jitter a :class:`NoiseModel` takes (relative SD of a duration):
+#: beyond it the clipped Gaussian (durations ≥ half their mean) is no longer one.
+MAX_TIME_JITTER = 0.2
+
+
 @dataclass(frozen=True)
 class NoiseModel:
     """Run-to-run variation beyond the profile's ``time_jitter``/``activity_jitter``.
@@ -209,6 +215,9 @@ class NoiseModel:
     Attributes:
         unlocked_power_jitter: Extra relative SD of a launch's power with clocks unlocked.
         unlocked_time_jitter: Extra relative SD of a launch's duration, clocks unlocked.
+        time_jitter: When set, the relative SD of every launch's duration, in place of
+            the profile's ``time_jitter`` and the unlocked extra (``eopt check
+            --jitter``: launch-time noise of a chosen size); None: the profile's.
         state_block_rate: Probability that a launch starts a machine-state block (0: none,
             the default, so seeded measurements never contain one unless asked).
         state_block_runs: Launches in a block.
@@ -222,6 +231,7 @@ class NoiseModel:
     state_block_runs: int = 16
     state_time_factor: float = 1.66
     state_power_factor: float = 0.84
+    time_jitter: float | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.state_block_rate <= 1.0:
@@ -236,6 +246,12 @@ class NoiseModel:
         for name in ("unlocked_power_jitter", "unlocked_time_jitter"):
             if not 0.0 <= getattr(self, name) < 0.2:
                 raise ValueError(f"NoiseModel.{name} must be in [0, 0.2)")
+        if self.time_jitter is not None and not 0.0 <= self.time_jitter <= MAX_TIME_JITTER:
+            raise ValueError(
+                f"NoiseModel.time_jitter={self.time_jitter!r} must be a relative standard "
+                f"deviation in [0, {MAX_TIME_JITTER:g}] (0.02 for 2 %), or None for the "
+                "profile's"
+            )
         for name in ("state_time_factor", "state_power_factor"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"NoiseModel.{name} must be positive")
@@ -264,6 +280,11 @@ class CoRunKernel:
         sm_share: ω_elem, the fraction of SMs it is confined to; None: shared by demand.
         sm_floor: Fraction of SMs it occupies regardless of its arithmetic.
         power_scale: Its launch's power jitter (multiplies its dynamic power).
+        excess_w: Its power alone above the ready device's static draw at the set clock,
+            in W (jitter included); None: the co-run model's own dynamic power. Given,
+            the co-run model is anchored to it: unstretched and uncapped, the kernel adds
+            exactly this, so a co-run without contention draws the sum of the kernels'
+            excesses over one static draw (the ⊕ of the context-independent algebra).
     """
 
     compute_s: float
@@ -278,6 +299,7 @@ class CoRunKernel:
     sm_share: float | None = None
     sm_floor: float = 0.0
     power_scale: float = 1.0
+    excess_w: float | None = None
 
 
 @dataclass(frozen=True)
@@ -291,6 +313,9 @@ class CoRunResult:
         device_clock_mhz: The device's clock (the highest of them), in MHz.
         dynamic_w: Summed dynamic power of the kernels, in W (static comes on top once).
         throttled: Per kernel, whether the summed power lowered its clock.
+        static_clock_mhz: The clock the one static draw is taken at, in MHz: the set
+            clock, or the cap's when the summed power lowered it (the device clock when
+            no set clock was given).
     """
 
     slowdown: tuple[float, ...]
@@ -298,6 +323,7 @@ class CoRunResult:
     device_clock_mhz: float
     dynamic_w: float
     throttled: tuple[bool, ...]
+    static_clock_mhz: float = math.nan
 
 
 def model_time_s(
@@ -382,6 +408,7 @@ def co_run(
     contention: bool = True,
     power_cap: bool = True,
     link_stretch: Sequence[float] | None = None,
+    set_clock_mhz: float | None = None,
 ) -> CoRunResult:
     """How ``kernels`` run together on one device.
 
@@ -397,6 +424,9 @@ def co_run(
             ``limit_w``.
         link_stretch: Per kernel, a stretch of its link traffic imposed from outside the
             device (a shared node fabric); 1 where None.
+        set_clock_mhz: The device's requested SM clock, in MHz: where the one static
+            draw is taken unless the cap lowers it (kernels that throttle alone run
+            below it). None: the highest of the kernels' own clocks.
 
     Assumptions:
         Device power rises with the clock (so bisection finds the highest clock that fits);
@@ -408,27 +438,42 @@ def co_run(
     alone = [model_time_s(k, k.iso_clock_mhz, f_max_mhz, 1.0, 1.0) for k in kernels]
     compute, memory = _stretches(kernels, alone, f_max_mhz, contention, outside)
 
+    # Kernels anchored to their power alone add that power's excess, scaled by how the
+    # co-run model's dynamic power moves from running alone to running here.
+    anchor = [
+        None
+        if k.excess_w is None
+        else (k.excess_w, dynamic_power_w(phys, k, k.iso_clock_mhz, f_max_mhz, t))
+        for k, t in zip(kernels, alone, strict=True)
+    ]
+
     def evaluate(cap_mhz: float) -> tuple[list[float], list[float], float]:
         clocks = [min(k.iso_clock_mhz, cap_mhz) for k in kernels]
         times = [
             model_time_s(k, f, f_max_mhz, a, b)
             for k, f, a, b in zip(kernels, clocks, compute, memory, strict=True)
         ]
-        dyn = sum(
-            dynamic_power_w(phys, k, f, f_max_mhz, t)
-            for k, f, t in zip(kernels, clocks, times, strict=True)
-        )
+        dyn = 0.0
+        for k, f, t, ref in zip(kernels, clocks, times, anchor, strict=True):
+            model = dynamic_power_w(phys, k, f, f_max_mhz, t)
+            if ref is None:
+                dyn += model
+            else:
+                excess, alone_w = ref
+                dyn += excess * model / alone_w if alone_w > 0 else excess
         return clocks, times, dyn
 
     top = max(k.iso_clock_mhz for k in kernels)
-    clocks, times, dyn = evaluate(top)
+    ready = top if set_clock_mhz is None else max(float(set_clock_mhz), top)
+    clocks, times, dyn = evaluate(ready)
 
     def total_w(f_dev: float, dyn_w: float) -> float:
         return float(static_power_w(phys, f_dev, f_max_mhz, temp_c)) + dyn_w
 
     throttled = [False] * len(kernels)
-    if power_cap and total_w(top, dyn) > limit_w:
-        lo, hi = min(f_min_mhz, top), top
+    static_clock = ready
+    if power_cap and total_w(ready, dyn) > limit_w:
+        lo, hi = min(f_min_mhz, top), ready
         for _ in range(_BISECTION_STEPS):
             mid = 0.5 * (lo + hi)
             _, _, d = evaluate(mid)
@@ -437,6 +482,7 @@ def co_run(
             else:
                 hi = mid
         clocks, times, dyn = evaluate(lo)
+        static_clock = lo
         throttled = [f < k.iso_clock_mhz - 1e-9 for k, f in zip(kernels, clocks, strict=True)]
     slowdown = tuple(t / a for t, a in zip(times, alone, strict=True))
     return CoRunResult(
@@ -445,6 +491,7 @@ def co_run(
         device_clock_mhz=max(clocks),
         dynamic_w=dyn,
         throttled=tuple(throttled),
+        static_clock_mhz=static_clock,
     )
 
 

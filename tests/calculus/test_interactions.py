@@ -159,7 +159,7 @@ def test_an_empty_graph_composes_exactly_as_compose_schedule() -> None:
     for placements, idle in ((PLACEMENTS, None), (figure, 60.0), (figure, None)):
         result = compose_with_interactions(placements, [], InteractionGraph(), idle)
         assert result.signature == compose_schedule(placements, idle)
-        assert result.bias == schedule_bias(placements)
+        assert result.bias == schedule_bias(placements, idle_power=idle)
         assert result.substitutions == ()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -271,11 +272,36 @@ def test_schedule_bias_follows_the_eq9_structure() -> None:
     # b overlaps c in a ⊕ group: both co-run (+1); a still starts the chain.
     grouped = schedule_bias([(a, "g0", 0.0), (b, "g0", 1.0), (c, "g0", 1.5)])
     assert [m for _, m, _ in grouped.contributions] == [0.0, 2.0, 2.0]
-    # Two devices joined by ⊕multi: every element co-runs.
+    # Two devices joined by ⊕multi: every element co-runs, and App. D's idle window adds:
+    # g1 ends first and waits for g0, so a and b, which set the makespan, carry the
+    # waiting device's draw as the power ratio 1 + s₁/s₂ = 2 (its tail has a planned,
+    # noise-free length here: no tolerance of its own).
     d = noisy("d", 1.0, "g1", 0.4)
     multi = schedule_bias([(a, "g0", 0.0), (b, "g0", 1.0), (d, "g1", 0.5)])
-    assert [m for _, m, _ in multi.contributions] == [1.0, 2.0, 2.0]
-    assert multi.bias == pytest.approx(c_alpha() * (0.1 + 2 * 0.2 + 2 * 0.4))
+    assert [m for _, m, _ in multi.contributions] == [2.0, 4.0, 2.0]
+    assert multi.bias == pytest.approx(c_alpha() * (2 * 0.1 + 4 * 0.2 + 2 * 0.4))
+
+
+def test_schedule_bias_of_a_padded_pair_is_app_d_s_formula() -> None:
+    from eopt.calculus.expression import expression_bias, parse_expression
+    from eopt.calculus.schedule import schedule_bias
+    from eopt.calculus.uncertainty import padded_pair_bias
+
+    rng = np.random.default_rng(5)
+    for _ in range(5):
+        s1, s2 = rng.uniform(40, 90, 2)
+        e1 = Signature("e1", s1, 1.0, 5.0, var_time=rng.uniform(1e-4, 1e-2), var_energy=0.3,
+                       devices=("g0",))  # fmt: skip
+        e2 = Signature("e2", s2, 2.0, 9.0, var_time=rng.uniform(1e-4, 1e-2), var_energy=0.5,
+                       devices=("g1",))  # fmt: skip
+        # Not at the null context: two substitutions each, as in App. D's derivation; its
+        # σ_Eι² = s₁²(σ_T1² + σ_T2²) is the first-order Var(M − T₁) (e₂ all but surely
+        # the longer).
+        bias = schedule_bias([(e1, "g0", 0.0), (e2, "g1", 0.0)], starts_at_null=False)
+        assert bias.bias == pytest.approx(padded_pair_bias(e1, e2).bias, rel=1e-6)
+        # The same composition written as an expression.
+        expr = expression_bias(parse_expression("e1 || e2"), [e1, e2], starts_at_null=False)
+        assert expr.bias == pytest.approx(bias.bias, rel=1e-9)
 
 
 def test_schedule_breakdown_adds_up_to_the_composition() -> None:

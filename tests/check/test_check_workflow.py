@@ -67,12 +67,21 @@ def test_overlapping_jobs_co_run_and_idle_devices_are_not_counted() -> None:
 
 def test_prediction_counts_a_shared_characterization_error_once_per_type() -> None:
     sig = Signature("x", 50.0, 1.0, 10.0, var_time=1e-4, var_energy=1.0, meta={"n": 25})
-    one = predict([Placement(sig, "gpu0", 0.0)], [sig], _empty_graph(), lambda s: 25)
-    four = predict(
-        [Placement(sig, "gpu0", float(t)) for t in range(4)], [sig], _empty_graph(), lambda s: 25
-    )
+
+    def chain(count: int):  # type: ignore[no-untyped-def]
+        def placed(swap):  # type: ignore[no-untyped-def]
+            s = swap(sig) if swap is not None else sig
+            return [Placement(s, "gpu0", k * s.time) for k in range(count)], None
+
+        return predict(placed, [sig], _empty_graph(), lambda s: 25)
+
+    one, four = chain(1), chain(4)
+    # One instance: the type's own standard errors, σ/√n.
+    assert one.energy.sem == pytest.approx(1.0 / 5.0, rel=1e-6)
+    assert one.time.sem == pytest.approx(1e-2 / 5.0, rel=1e-6)
     # Four instances of one type share one mean: its error scales 4×, not 2× (√4).
-    assert four.energy.sem == pytest.approx(4 * one.energy.sem, rel=1e-9)
+    assert four.energy.sem == pytest.approx(4 * one.energy.sem, rel=1e-6)
+    assert four.time.sem == pytest.approx(4 * one.time.sem, rel=1e-6)
 
 
 def _empty_graph():  # type: ignore[no-untyped-def]
