@@ -46,6 +46,10 @@ REAL_RUN_LINES = {
         r"^\s*q\s+achieved \(MC\)\s+Clark",
         r"^point estimates at or above the requested probability: \d+ of \d+",
     ),
+    "fault_tally.py": (
+        r"^suite\s+cases\s+good\s+crash\s+hang\s+silent\s+lost",
+        r"^\d+ PASS, \d+ FAIL$",
+    ),
     "gpu_readonly_probe.py": (r"^  power fields: .*; energy counter: True", r"^  setter calls: 0;"),
     "kokkos_connector_overhead.py": (
         r"^ns per callback over empty\s+whole process\s+application thread",
