@@ -14,7 +14,6 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
-from rich.table import Table
 
 from eopt.cli._common import Number, UserError, console, err_console, write_json
 from eopt.cli._gpus import resolve_gpu_option, sim_gpu_index
@@ -51,7 +50,7 @@ from eopt.runs.sweep import (
     sweep,
 )
 
-__all__ = ["command", "open_sweep_device", "print_cells", "print_frontier", "result_json"]
+__all__ = ["command", "open_sweep_device"]
 
 
 def open_sweep_device(backend: str, gpu: str, sim_model: str, seed: int, control: bool) -> Any:
@@ -114,115 +113,6 @@ def _commands(shell: tuple[str, ...], argv: tuple[str, ...]) -> dict[str, str | 
                 raise UserError(f"{option}: implementation {name.strip()!r} given twice")
             out[name.strip()] = cmd.strip() if option == "--cmd" else parse_argv(cmd, option)
     return out
-
-
-def _pm(sig: Signature, key: str, scale: float = 1.0) -> str:
-    """``±`` half the width of the bootstrap CI stored in ``meta[key]``."""
-    ci = sig.meta.get(key)
-    if not ci or len(ci) != 2:
-        return ""
-    return f" ±{(ci[1] - ci[0]) * scale / 2:.2g}"
-
-
-def print_cells(signatures: tuple[Signature, ...], title: str) -> None:
-    """The measured cells as a table (per invocation, ± half the 95 % bootstrap CI).
-
-    Times in s, energies in J, powers in W, each to four significant digits.
-    """
-    table = Table(title=title, title_justify="left")
-    for col in ("impl κ", "ω", "time s", "energy J", "static W", "dynamic J", "n", "flags"):
-        table.add_column(col, justify="left" if col in ("impl κ", "ω", "flags") else "right")
-    for sig in signatures:
-        flags = ",".join(sorted({f["code"] for f in sig.meta.get("flags", [])}))
-        table.add_row(
-            escape(sig.impl),
-            escape(sig.op_point.label()),
-            f"{sig.time:.4g}{_pm(sig, 'ci_time_s')}",
-            f"{sig.energy:.4g}{_pm(sig, 'ci_energy_j')}",
-            f"{sig.static_power:.4g}",
-            f"{sig.dynamic_energy:.4g}",
-            str(sig.meta.get("n", "")),
-            f"[yellow]{flags}[/]" if flags else "",
-        )
-    console.print(table)
-
-
-def result_json(result: SweepResult, grid: Grid, device: Any, dominance: str) -> dict[str, Any]:
-    """What ``eopt sweep --json`` prints: the cells, the frontier and what was written.
-
-    Units are in the keys (``time_s``, ``energy_j``, ``static_power_w``); ``*_ci`` are the
-    95 % bootstrap intervals of the per-invocation means.
-    """
-    from eopt.calculus.frontier import Frontier
-
-    cells = []
-    for sig in result.signatures:
-        op = sig.op_point
-        cells.append(
-            {
-                "name": sig.name,
-                "impl": sig.impl,
-                "op_point": op.label(),
-                "sm_clock_mhz": op.sm_clock_mhz,
-                "mem_clock_mhz": op.mem_clock_mhz,
-                "power_limit_w": op.power_limit_w,
-                "time_s": sig.time,
-                "time_ci_s": sig.meta.get("ci_time_s"),
-                "energy_j": sig.energy,
-                "energy_ci_j": sig.meta.get("ci_energy_j"),
-                "static_power_w": sig.static_power,
-                "dynamic_energy_j": sig.dynamic_energy,
-                "n": sig.meta.get("n"),
-                "flags": sorted({f["code"] for f in sig.meta.get("flags", [])}),
-            }
-        )
-    front = Frontier.from_signatures(result.signatures, dominance=dominance)
-    return {
-        "library": str(result.path),
-        "device": {
-            "name": device.name,
-            "model": device.model,
-            **({"uuid": device.uuid} if isinstance(getattr(device, "uuid", None), str) else {}),
-        },
-        "cells_in_grid": len(grid),
-        "cells_swept": len(result.signatures),
-        "measured": len(result.measured),
-        "resumed": result.skipped,
-        "failed": [cell.to_dict() for cell in result.failed],
-        "notes": [*grid.notes, *result.repairs],
-        "cells": cells,
-        "frontier": front.to_rows(),
-        "dominance": dominance,
-    }
-
-
-def print_frontier(signatures: tuple[Signature, ...], dominance: str) -> None:
-    """The Pareto frontier (time, energy) of the cells, with the chosen κ / ω."""
-    from eopt.calculus.frontier import Frontier
-
-    front = Frontier.from_signatures(signatures, dominance=dominance)
-    table = Table(
-        title=f"Pareto frontier ({dominance} dominance, {front.confidence:.0%} intervals)",
-        title_justify="left",
-    )
-    for col in ("impl κ", "ω", "time s", "energy J", "energy interval J", "dynamic J"):
-        table.add_column(col, justify="left" if col in ("impl κ", "ω") else "right")
-    for row in front.to_rows():
-        table.add_row(
-            escape(row["impl"]),
-            escape(row["op_point"]),
-            f"{row['time_s']:.4g}",
-            f"{row['energy_j']:.4g}",
-            f"[{row['energy_low_j']:.4g}, {row['energy_high_j']:.4g}]",
-            f"{row['dynamic_energy_j']:.4g}",
-        )
-    console.print(table)
-    fast, cheap = front.fastest, front.min_energy
-    if fast is not cheap and fast.time > 0:
-        console.print(
-            f"min-energy point saves {1 - cheap.energy / fast.energy:.1%} energy for "
-            f"{cheap.time / fast.time - 1:+.1%} time against the fastest."
-        )
 
 
 _SECONDS_HELP = "s; a bare number, or with s or ms"
@@ -554,6 +444,8 @@ def command(
         result = _run(spec, grid, target, output, resume, policy, not no_control, method, quiet,
                       shard_spec)  # fmt: skip
     if as_json:
+        from eopt.report.sweep_table import result_json
+
         write_json("-", result_json(result, grid, device, dominance))
         return
     if quiet:
@@ -562,11 +454,12 @@ def command(
         err_console.print(
             f"resumed: {result.skipped} of {len(grid)} cells were already in {output}"
         )
-    print_cells(
-        result.signatures, escape(f"{spec.name} on {device.name} ({device.model}), per invocation")
-    )
+    from eopt.report.sweep_table import print_cells, print_frontier
+
+    title = escape(f"{spec.name} on {device.name} ({device.model}), per invocation")
+    print_cells(result.signatures, title, console)
     if result.signatures:
-        print_frontier(result.signatures, dominance)
+        print_frontier(result.signatures, dominance, console)
     where = f" (shard {shard_spec.label()})" if shard_spec is not None else ""
     console.print(f"wrote {len(result.measured)} new cell(s) to {output}{where}")
     _fail_on_failed(result, grid, output)
