@@ -23,6 +23,9 @@ Sharing rule (the one overlap rule of eopt):
     Nesting is what the events' ``parent_id`` says, never inferred here: an event of one
     thread that happens to lie inside another thread's event in time is its sibling, not
     its child, when the trace says so.
+    The rule is computed column-wise (:mod:`eopt.attribute.sharing`), in time and memory
+    linear in the number of events whatever the nesting depth, and summed per region
+    name in :mod:`eopt.attribute.regions`.
 
 Missing data:
     A call that reaches outside a series' samples has unknown energy (None, never 0), and
@@ -42,7 +45,9 @@ from typing import Any, Literal
 import numpy as np
 
 from eopt.attribute.integral import EnergyCurve
-from eopt.model.trace import Event, PowerSeries, Trace, TraceError
+from eopt.attribute.regions import by_name
+from eopt.attribute.sharing import Shares, share_energy
+from eopt.model.trace import Event, EventTable, PowerSeries, Trace, TraceError
 
 __all__ = [
     "ATTRIBUTION_SCHEMA",
@@ -309,28 +314,14 @@ def _finite(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
 
 
-def _depths(events: Sequence[Event]) -> dict[int, int]:
-    parents = {e.id: e.parent_id for e in events}
-    depth: dict[int, int] = {}
-    for e in events:
-        chain = []
-        p = e.id
-        while p and p not in depth:
-            chain.append(p)
-            p = parents[p]
-        d = depth[p] if p else -1
-        for q in reversed(chain):
-            d += 1
-            depth[q] = d
-    return depth
-
-
-def attribute(trace: Trace, *, domain: str | None = None) -> Attribution:
+def attribute(trace: Trace, *, domain: str | None = None, calls: bool = True) -> Attribution:
     """Charge each event the energy of every power series during it.
 
     Args:
         trace: The recorded run.
         domain: Only the series of this domain (``GPU``, ``CPU_PKG`` …); all when None.
+        calls: Also list every call with its own energy (:attr:`Attribution.calls`);
+            False leaves it empty, which a trace of millions of events is spared.
 
     Returns:
         Per-region (per name) inclusive and exclusive energy, per-series energy, the energy
@@ -353,81 +344,15 @@ def attribute(trace: Trace, *, domain: str | None = None) -> Attribution:
     origin = trace.start_ns
     integrals = [_curve(s, origin) for s in series]
     labels = [s.label for s in series]
-    events = list(trace.events)
-    n_ev, n_s = len(events), len(series)
-    index = {e.id: k for k, e in enumerate(events)}
-    parent = np.array([index.get(e.parent_id, -1) for e in events], dtype=np.int64)
-    depth_of = _depths(events)
-    start = np.array([(e.start_ns - origin) * 1e-9 for e in events])
-    end = np.array([(e.end_ns - origin) * 1e-9 for e in events])
-
-    incl = np.zeros((n_ev, n_s))
-    excl = np.zeros((n_ev, n_s))
-    incl_unknown = np.zeros(n_ev, dtype=bool)
-    excl_unknown = np.zeros(n_ev, dtype=bool)
-    inside = np.zeros(n_s)
-
-    if n_ev:
-        bounds = np.unique(np.concatenate([start, end]))
-        energy = np.diff(np.stack([g.at(bounds) for g in integrals]), axis=1)  # (series, j)
-        covered_lo = max(g.first for g in integrals)
-        covered_hi = min(g.last for g in integrals)
-        unknown = (bounds[:-1] < covered_lo) | (bounds[1:] > covered_hi)
-        first = np.searchsorted(bounds, start).tolist()
-        last = np.searchsorted(bounds, end).tolist()
-        opens: dict[int, list[int]] = {}
-        closes: dict[int, list[int]] = {}
-        for k in range(n_ev):
-            if last[k] > first[k]:  # zero-length events hold no energy
-                opens.setdefault(first[k], []).append(k)
-                closes.setdefault(last[k], []).append(k)
-        parents = parent.tolist()
-        # The sweep only lists who gets what share of which interval; the energies are
-        # scattered in one vectorized step afterwards.
-        leaf_j: list[int] = []
-        leaf_k: list[int] = []
-        leaf_w: list[float] = []
-        incl_j: list[int] = []
-        incl_k: list[int] = []
-        incl_w: list[float] = []
-        busy: list[int] = []
-        active: set[int] = set()
-        active_children = [0] * n_ev
-        for j in range(bounds.size - 1):
-            for k in closes.get(j, ()):
-                active.discard(k)
-                if parents[k] >= 0:
-                    active_children[parents[k]] -= 1
-            for k in opens.get(j, ()):
-                active.add(k)
-                if parents[k] >= 0:
-                    active_children[parents[k]] += 1
-            if not active:
-                continue
-            busy.append(j)
-            leaves = [k for k in active if active_children[k] == 0]
-            w = 1.0 / len(leaves)
-            for leaf in leaves:
-                leaf_j.append(j)
-                leaf_k.append(leaf)
-                leaf_w.append(w)
-                k = leaf
-                while k >= 0:
-                    incl_j.append(j)
-                    incl_k.append(k)
-                    incl_w.append(w)
-                    k = parents[k]
-        if busy:
-            inside = energy[:, busy].sum(axis=1)
-        for rows, cols, weights, out, flags in (
-            (leaf_k, leaf_j, leaf_w, excl, excl_unknown),
-            (incl_k, incl_j, incl_w, incl, incl_unknown),
-        ):
-            if not rows:
-                continue
-            ks, js = np.asarray(rows), np.asarray(cols)
-            np.add.at(out, ks, (energy[:, js] * np.asarray(weights)).T)
-            flags[ks[unknown[js]]] = True
+    table = EventTable.from_events(trace.events)
+    n_ev = len(table)
+    parent = table.parent_index()
+    depth = table.depths()
+    if depth is None:  # a validated trace has no cycle; refuse rather than loop
+        raise TraceError(f"{trace.source}: an event is its own ancestor")
+    start = (table.start_ns - origin).astype(np.float64) * 1e-9
+    end = (table.end_ns - origin).astype(np.float64) * 1e-9
+    shares = share_energy(start, end, parent, depth, integrals)
 
     per_series = []
     gaps_by_series: list[list[tuple[float, float]]] = []
@@ -449,40 +374,27 @@ def attribute(trace: Trace, *, domain: str | None = None) -> Attribution:
             )
         )
     total = float(sum(se.energy_j for se in per_series))
-    outside = float(total - inside.sum())
+    outside = float(total - shares.inside.sum())
 
-    flags_of: list[list[str]] = [[] for _ in range(n_ev)]
-    periods = [se.period_s for se in per_series if math.isfinite(se.period_s)]
-    short = (end - start) < 2 * max(periods) if periods else np.zeros(n_ev, dtype=bool)
+    # Each note and the events it applies to, in the order a call lists its notes.
+    notes: list[tuple[str, np.ndarray]] = []
     for label, gaps, se in zip(labels, gaps_by_series, per_series, strict=True):
         for ga, gb in gaps:
             note = (
                 f"a {label} sampling gap of {(gb - ga) * 1e3:.0f} ms "
                 f"(period {se.period_s * 1e3:.0f} ms) falls in a call"
             )
-            for k in np.flatnonzero((start < gb) & (end > ga)).tolist():
-                flags_of[k].append(note)
-    for k in np.flatnonzero(incl_unknown).tolist():
-        flags_of[k].append("a call reaches outside the power trace: its energy is unknown")
-    incl_total, excl_total = incl.sum(axis=1).tolist(), excl.sum(axis=1).tolist()
-    starts, ends = start.tolist(), end.tolist()
-    calls = [
-        CallEnergy(
-            event=events[k],
-            depth=depth_of[events[k].id],
-            start_s=starts[k],
-            end_s=ends[k],
-            inclusive_energy_j=None if incl_unknown[k] else incl_total[k],
-            exclusive_energy_j=None if excl_unknown[k] else excl_total[k],
-        )
-        for k in range(n_ev)
-    ]
-    calls.sort(key=lambda c: (c.start_s, c.depth))
-
-    regions = _by_name(
-        events, depth_of, start, incl, excl, incl_unknown, excl_unknown, flags_of, short
+            notes.append((note, (start < gb) & (end > ga)))
+    notes.append(
+        ("a call reaches outside the power trace: its energy is unknown", shares.incl_unknown)
     )
-    regions = [_with_share(r, labels, total) for r in regions]
+    periods = [se.period_s for se in per_series if math.isfinite(se.period_s)]
+    short = (end - start) < 2 * max(periods) if periods else np.zeros(n_ev, dtype=bool)
+
+    regions = [
+        RegionEnergy(**fields)
+        for fields in by_name(table, depth, start, shares, notes, short, labels, total)
+    ]
     warnings = [f"{r.name}: {flag}" for r in regions for flag in r.flags]
     return Attribution(
         regions=tuple(regions),
@@ -490,84 +402,34 @@ def attribute(trace: Trace, *, domain: str | None = None) -> Attribution:
         outside_energy_j=outside,
         total_energy_j=total,
         total_time_s=(trace.end_ns - origin) * 1e-9,
-        calls=tuple(calls),
+        calls=_calls(table, depth, start, end, shares) if calls else (),
         source=trace.source,
         rank=trace.rank,
         warnings=tuple(warnings),
     )
 
 
-@dataclass
-class _Acc:
-    name: str
-    category: str
-    depth: int
-    first: float
-    calls: int = 0
-    time_s: float = 0.0
-    incl: np.ndarray | None = None
-    excl: np.ndarray | None = None
-    incl_unknown: bool = False
-    excl_unknown: bool = False
-    short: int = 0
-    flags: list[str] = field(default_factory=list)
-
-
-def _by_name(
-    events: Sequence[Event],
-    depth_of: dict[int, int],
-    start: np.ndarray,
-    incl: np.ndarray,
-    excl: np.ndarray,
-    incl_unknown: np.ndarray,
-    excl_unknown: np.ndarray,
-    flags_of: list[list[str]],
-    short: np.ndarray,
-) -> list[_Acc]:
-    accs: dict[str, _Acc] = {}
-    for k, e in enumerate(events):
-        acc = accs.get(e.name)
-        if acc is None:
-            acc = accs[e.name] = _Acc(e.name, e.category, depth_of[e.id], float(start[k]))
-            acc.incl = np.zeros(incl.shape[1])
-            acc.excl = np.zeros(incl.shape[1])
-        acc.calls += 1
-        acc.time_s += e.duration_s
-        if float(start[k]) < acc.first:  # the first call places the name in the tree
-            acc.first, acc.depth = float(start[k]), depth_of[e.id]
-        acc.incl = acc.incl + incl[k]  # type: ignore[operator]
-        acc.excl = acc.excl + excl[k]  # type: ignore[operator]
-        acc.incl_unknown |= bool(incl_unknown[k])
-        acc.excl_unknown |= bool(excl_unknown[k])
-        acc.short += int(short[k])
-        for flag in flags_of[k]:
-            if flag not in acc.flags:
-                acc.flags.append(flag)
-    return sorted(accs.values(), key=lambda a: (a.first, a.depth))
-
-
-def _with_share(acc: _Acc, labels: Sequence[str], total: float) -> RegionEnergy:
-    assert acc.incl is not None and acc.excl is not None
-    inclusive = None if acc.incl_unknown else float(acc.incl.sum())
-    exclusive = None if acc.excl_unknown else float(acc.excl.sum())
-    share = inclusive / total if inclusive is not None and total > 0 else None
-    by_series: dict[str, float | None] = {
-        label: (None if acc.incl_unknown else float(v))
-        for label, v in zip(labels, acc.incl, strict=True)
-    }
-    return RegionEnergy(
-        name=acc.name,
-        category=acc.category,
-        depth=acc.depth,
-        calls=acc.calls,
-        time_s=acc.time_s,
-        inclusive_energy_j=inclusive,
-        exclusive_energy_j=exclusive,
-        share=share,
-        by_series=by_series,
-        short_calls=acc.short,
-        flags=tuple(acc.flags),
-    )
+def _calls(
+    table: EventTable, depth: np.ndarray, start: np.ndarray, end: np.ndarray, shares: Shares
+) -> tuple[CallEnergy, ...]:
+    """Every event with its own energy, in time order (outer before inner at one start)."""
+    events = table.events()
+    incl_total, excl_total = shares.incl.sum(axis=1).tolist(), shares.excl.sum(axis=1).tolist()
+    incl_unknown, excl_unknown = shares.incl_unknown.tolist(), shares.excl_unknown.tolist()
+    depths, starts, ends = depth.tolist(), start.tolist(), end.tolist()
+    calls = [
+        CallEnergy(
+            event=events[k],
+            depth=depths[k],
+            start_s=starts[k],
+            end_s=ends[k],
+            inclusive_energy_j=None if incl_unknown[k] else incl_total[k],
+            exclusive_energy_j=None if excl_unknown[k] else excl_total[k],
+        )
+        for k in range(len(events))
+    ]
+    calls.sort(key=lambda c: (c.start_s, c.depth))
+    return tuple(calls)
 
 
 def _add(a: float | None, b: float | None) -> float | None:
@@ -575,11 +437,11 @@ def _add(a: float | None, b: float | None) -> float | None:
 
 
 def attribute_all(
-    traces: Sequence[Trace], *, domain: str | None = None, source: str = ""
+    traces: Sequence[Trace], *, domain: str | None = None, source: str = "", calls: bool = True
 ) -> Attribution:
     """:func:`attribute` for what a path holds: one trace as it is, or the MPI ranks'
-    traces each attributed and summed (:func:`sum_attributions`)."""
-    parts = [attribute(t, domain=domain) for t in traces]
+    traces each attributed and summed (:func:`sum_attributions`); ``calls`` as there."""
+    parts = [attribute(t, domain=domain, calls=calls) for t in traces]
     if len(parts) == 1 and parts[0].rank is None:
         return parts[0]
     return sum_attributions(parts, source)

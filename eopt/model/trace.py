@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +26,9 @@ import numpy as np
 __all__ = [
     "CATEGORIES",
     "DOMAINS",
+    "NO_DEVICE",
     "Event",
+    "EventTable",
     "PowerSeries",
     "Trace",
     "TraceError",
@@ -91,6 +93,219 @@ class Event:
     def is_region(self) -> bool:
         """Whether it is a user region (not a kernel or a copy)."""
         return self.category == "USER_REGION"
+
+
+#: ``EventTable.device_ids`` where an event's device is not known.
+NO_DEVICE = np.iinfo(np.int64).min
+
+
+class EventTable(Sequence[Event]):
+    """A trace's events held column by column, for traces of millions of events.
+
+    It reads as a sequence of :class:`Event` (made on first use, then kept), while the
+    attribution engine works on its columns and never makes an object per event.
+
+    Attributes:
+        ids: Event ids (int64).
+        parent_ids: Enclosing event's id per event, 0 at the top level (int64).
+        name_codes: Index into ``names`` per event (int64).
+        names: The distinct names.
+        category_codes: Index into ``categories`` per event (int64).
+        categories: The distinct categories.
+        start_ns: Starts, in ns (int64).
+        end_ns: Ends, in ns (int64).
+        device_ids: Device per event, :data:`NO_DEVICE` where unknown (int64).
+        first_line: The file line of the first event (one event a line after it), for
+            messages; None when not read from a file.
+        path: The file the events were read from.
+    """
+
+    __slots__ = (
+        "_depth",
+        "_events",
+        "_parent",
+        "categories",
+        "category_codes",
+        "device_ids",
+        "end_ns",
+        "first_line",
+        "ids",
+        "name_codes",
+        "names",
+        "parent_ids",
+        "path",
+        "start_ns",
+    )
+
+    def __init__(
+        self,
+        ids: np.ndarray,
+        parent_ids: np.ndarray,
+        name_codes: np.ndarray,
+        names: Sequence[str],
+        category_codes: np.ndarray,
+        categories: Sequence[str],
+        start_ns: np.ndarray,
+        end_ns: np.ndarray,
+        *,
+        device_ids: np.ndarray | None = None,
+        first_line: int | None = None,
+        path: str = "",
+    ) -> None:
+        self.ids = ids
+        self.parent_ids = parent_ids
+        self.name_codes = name_codes
+        self.names = list(names)
+        self.category_codes = category_codes
+        self.categories = list(categories)
+        self.start_ns = start_ns
+        self.end_ns = end_ns
+        # Unknown everywhere: one value seen through every row, not a column in memory.
+        unknown = np.broadcast_to(np.int64(NO_DEVICE), ids.shape)
+        self.device_ids = unknown if device_ids is None else device_ids
+        self.first_line = first_line
+        self.path = path
+        self._events: tuple[Event, ...] | None = None
+        self._parent: np.ndarray | None = None
+        self._depth: np.ndarray | None = None
+
+    @classmethod
+    def from_events(cls, events: Sequence[Event]) -> EventTable:
+        """The columns of events that exist as objects (which it keeps, as they are)."""
+        if isinstance(events, EventTable):
+            return events
+        names: dict[str, int] = {}
+        categories: dict[str, int] = {}
+        n = len(events)
+
+        def column(values: Iterable[int]) -> np.ndarray:
+            return np.fromiter(values, dtype=np.int64, count=n)
+
+        table = cls(
+            column(e.id for e in events),
+            column(e.parent_id for e in events),
+            column(names.setdefault(e.name, len(names)) for e in events),
+            list(names),
+            column(categories.setdefault(e.category, len(categories)) for e in events),
+            list(categories),
+            column(e.start_ns for e in events),
+            column(e.end_ns for e in events),
+            device_ids=column(NO_DEVICE if e.device_id is None else e.device_id for e in events),
+        )
+        table._events = tuple(events)
+        return table
+
+    def where(self, k: int) -> str:
+        """Where event ``k`` was read (``file:line``), for messages."""
+        if self._events is not None:
+            return self._events[k].where
+        return f"{self.path}:{self.first_line + k}" if self.first_line is not None else self.path
+
+    def events(self) -> tuple[Event, ...]:
+        """Every event as an :class:`Event`, in table order (made once, then kept)."""
+        if self._events is None:
+            names, categories = self.names, self.categories
+            devices = self.device_ids.tolist()
+            self._events = tuple(
+                Event(
+                    i,
+                    p,
+                    names[n],
+                    categories[c],
+                    a,
+                    b,
+                    self.where(k),
+                    None if devices[k] == NO_DEVICE else devices[k],
+                )
+                for k, (i, p, n, c, a, b) in enumerate(
+                    zip(
+                        self.ids.tolist(),
+                        self.parent_ids.tolist(),
+                        self.name_codes.tolist(),
+                        self.category_codes.tolist(),
+                        self.start_ns.tolist(),
+                        self.end_ns.tolist(),
+                        strict=True,
+                    )
+                )
+            )
+        return self._events
+
+    def __len__(self) -> int:
+        return int(self.ids.size)
+
+    def __getitem__(self, k):  # type: ignore[no-untyped-def]  # Sequence's two overloads
+        return self.events()[k]
+
+    def __iter__(self) -> Iterator[Event]:
+        return iter(self.events())
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return len(self) == len(other) and tuple(self) == tuple(other)
+
+    __hash__ = None  # type: ignore[assignment]  # equal to the tuple of its events
+
+    def parent_index(self) -> np.ndarray:
+        """Each event's parent as a row of this table, -1 at the top level or when the
+        parent is not an event here (int64)."""
+        if self._parent is None:
+            n = self.ids.size
+            if n == 0:
+                return np.zeros(0, dtype=np.int64)
+            order = np.argsort(self.ids, kind="stable")
+            sorted_ids = self.ids[order]
+            at = np.minimum(np.searchsorted(sorted_ids, self.parent_ids), n - 1)
+            found = (self.parent_ids != 0) & (sorted_ids[at] == self.parent_ids)
+            self._parent = np.where(found, order[at], -1)
+        return self._parent
+
+    def is_well_formed(self) -> bool:
+        """Whether :meth:`Trace.validate` would accept these events (ends after starts,
+        positive unique ids, parents that exist, enclose their children and form no
+        cycle), checked column-wise; when False, the object-wise check says why."""
+        n = self.ids.size
+        if n == 0:
+            return True
+        if np.any(self.end_ns < self.start_ns) or np.any(self.ids <= 0):
+            return False
+        ids = np.sort(self.ids)
+        if np.any(ids[1:] == ids[:-1]):
+            return False
+        parent = self.parent_index()
+        has_parent = self.parent_ids != 0
+        if np.any(has_parent & (parent < 0)):
+            return False
+        p = parent[has_parent]
+        if np.any(self.start_ns[has_parent] < self.start_ns[p]) or np.any(
+            self.end_ns[has_parent] > self.end_ns[p]
+        ):
+            return False
+        return self.depths() is not None
+
+    def depths(self) -> np.ndarray | None:
+        """Each event's nesting depth (0: top level); None when parents form a cycle."""
+        if self._depth is None:
+            self._depth = event_depths(self.parent_index())
+        return self._depth
+
+
+def event_depths(parent: np.ndarray) -> np.ndarray | None:
+    """Each event's nesting depth (0: top level) from its parent's row (-1: none), by
+    pointer doubling (log₂ of the deepest chain rounds); None when parents form a cycle.
+    """
+    depth = (parent >= 0).astype(np.int64)
+    up = parent.copy()
+    for _ in range(max(int(parent.size), 1).bit_length() + 1):
+        live = np.flatnonzero(up >= 0)
+        if live.size == 0:
+            return depth
+        via = up[live]
+        # Both updates read this round's values: the jump doubles every chain's reach.
+        depth[live] = depth[live] + depth[via]
+        up[live] = up[via]
+    return None if np.any(up >= 0) else depth
 
 
 @dataclass(frozen=True, eq=False)
@@ -193,14 +408,15 @@ class Trace:
     """A recorded run: its power series and its timed events.
 
     Attributes:
-        events: Timed events with their nesting (``parent_id``).
+        events: Timed events with their nesting (``parent_id``): a tuple of
+            :class:`Event`, or an :class:`EventTable` for large traces.
         series: One power series per (domain, device).
         metadata: Whatever the source recorded (``metadata.json``, command, host …).
         source: Where the trace was read from (a folder or file), for messages.
         rank: The MPI rank, for traces of one rank of a multi-rank run.
     """
 
-    events: tuple[Event, ...]
+    events: Sequence[Event]
     series: tuple[PowerSeries, ...]
     metadata: Mapping[str, Any] = field(default_factory=dict)
     source: str = ""
@@ -212,13 +428,21 @@ class Trace:
     @property
     def start_ns(self) -> int:
         """The earliest sample or event start, in ns (the run's start, for run order)."""
-        starts = [s.span_ns[0] for s in self.series] + [e.start_ns for e in self.events]
+        starts = [s.span_ns[0] for s in self.series]
+        if isinstance(self.events, EventTable):
+            starts += [int(self.events.start_ns.min())] if len(self.events) else []
+        else:
+            starts += [e.start_ns for e in self.events]
         return min(starts) if starts else 0
 
     @property
     def end_ns(self) -> int:
         """The latest sample or event end, in ns."""
-        ends = [s.span_ns[1] for s in self.series] + [e.end_ns for e in self.events]
+        ends = [s.span_ns[1] for s in self.series]
+        if isinstance(self.events, EventTable):
+            ends += [int(self.events.end_ns.max())] if len(self.events) else []
+        else:
+            ends += [e.end_ns for e in self.events]
         return max(ends) if ends else 0
 
     def validate(self) -> None:
@@ -229,6 +453,12 @@ class Trace:
             if s.key in keys:
                 raise TraceError(f"{self.source}: two power series for {s.label}")
             keys.add(s.key)
+        try:
+            well_formed = EventTable.from_events(self.events).is_well_formed()
+        except (OverflowError, TypeError, ValueError):
+            well_formed = False  # not 64-bit integers: the checks below say what is wrong
+        if well_formed:
+            return  # the object-wise checks below would find the same nothing, slowly
         by_id: dict[int, Event] = {}
         for e in self.events:
             where = e.where or self.source

@@ -56,7 +56,9 @@ from eopt.model.fileformats import (
 from eopt.model.trace import (
     CATEGORIES,
     DOMAINS,
+    NO_DEVICE,
     Event,
+    EventTable,
     PowerSeries,
     Trace,
     TraceError,
@@ -70,6 +72,7 @@ __all__ = [
     "PowerCsvOptions",
     "atomic_write_text",
     "detect_layout",
+    "read_event_table",
     "read_events",
     "read_runs",
     "read_trace",
@@ -132,9 +135,8 @@ class PowerCsvOptions:
 
 
 # CSV helpers ------------------------------------------------------------------------------
-def _open_text(path: Path, *, lenient: bool = False) -> str:
-    """The text of a trace file, bounded in size; ``lenient`` reads a few bytes that are
-    not UTF-8 as U+FFFD, warning where they are."""
+def _read_raw(path: Path) -> bytes:
+    """The bytes of a trace file, bounded in size."""
     try:
         if not (path.is_file() or path.is_fifo() or not path.exists() or path.is_dir()):
             raise TraceError(f"{path}: is a device or socket, not a trace file; name a file")
@@ -148,6 +150,14 @@ def _open_text(path: Path, *, lenient: bool = False) -> str:
         raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
     if len(raw) > MAX_FILE_BYTES:
         raise TraceError(f"{path}: larger than {MAX_FILE_BYTES // 1024**3} GiB; is it a trace?")
+    return raw
+
+
+def _open_text(path: Path, *, lenient: bool = False, raw: bytes | None = None) -> str:
+    """The text of a trace file (``raw``: its bytes, already read), bounded in size;
+    ``lenient`` reads a few bytes that are not UTF-8 as U+FFFD, warning where they are."""
+    if raw is None:
+        raw = _read_raw(path)
     try:
         return raw.decode("utf-8-sig")  # a BOM on the header is fine
     except UnicodeDecodeError as exc:
@@ -304,6 +314,316 @@ def _series(
     return series
 
 
+# Plain CSV, column by column --------------------------------------------------------------
+_INT64_MAX = np.uint64(2**63 - 1)
+#: Rows of a column parsed at once.
+_ROWS = 1 << 18
+_ZEROS = np.uint64(0x3030303030303030)
+_SIXES = np.uint64(0x0606060606060606)
+_NIBBLES = np.uint64(0xF0F0F0F0F0F0F0F0)
+#: Digits a decimal may have and still be read exactly as a double (below 2**53).
+_EXACT_DIGITS = 15
+
+
+#: Bytes scanned at once: bounds the temporaries of a file of gigabytes.
+_SCAN = 1 << 24
+
+
+def _positions(buf: np.ndarray, byte: int, start: int, dtype: Any) -> np.ndarray:
+    """Offsets of every ``byte`` in ``buf`` from ``start`` on, in order."""
+    parts = [
+        (np.flatnonzero(buf[a : a + _SCAN] == byte) + a).astype(dtype)
+        for a in range(start, buf.size, _SCAN)
+    ]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+
+
+class _PlainCsv:
+    """The fields of a *plain* CSV, located with whole-array operations.
+
+    Plain: UTF-8, no quote characters, every line (the header's included) with the
+    header's number of fields, no blank line. Its fields are then exactly what
+    :mod:`csv` would split, so a column can be read without a Python object per field.
+    Readers use it as a fast path and fall back to the line-by-line reader on anything
+    else, so every message stays the one that reader gives.
+
+    Attributes:
+        header: The column names, stripped.
+        rows: Number of data lines.
+    """
+
+    def __init__(
+        self,
+        buf: np.ndarray,
+        header: list[str],
+        line_starts: np.ndarray,
+        commas: np.ndarray,
+        line_ends: np.ndarray,
+        padded: bool,
+    ) -> None:
+        self._buf = buf
+        self.header = header
+        self.rows = int(line_ends.size)
+        self._line_starts = line_starts
+        self._commas = commas
+        self._line_ends = line_ends
+        # Whether any field may start with a space (most files have none: no search).
+        self._padded = padded
+
+    @classmethod
+    def parse(cls, raw: bytes) -> _PlainCsv | None:
+        """The fields of ``raw``; None when it is not plain."""
+        if raw.startswith(b"\xef\xbb\xbf"):
+            raw = raw[3:]
+        head_end = raw.find(b"\n")
+        if head_end < 0 or b'"' in raw:
+            return None
+        buf = np.frombuffer(raw, dtype=np.uint8)
+        if any(np.any(buf[a : a + _SCAN] >= 0x80) for a in range(0, buf.size, _SCAN)):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError:
+                return None
+        header = [h.strip() for h in raw[:head_end].decode("utf-8").split(",")]
+        if len(set(header)) != len(header) or not all(header):
+            return None
+        body = head_end + 1
+        offset = np.int32 if buf.size < 2**31 else np.int64
+        line_ends = _positions(buf, 0x0A, body, offset)
+        if raw[-1:] != b"\n" and len(raw) > body:
+            line_ends = np.append(line_ends, np.array(len(raw), dtype=offset))
+        n, width = line_ends.size, len(header) - 1
+        commas = _positions(buf, 0x2C, body, offset)
+        if commas.size != n * width:
+            return None
+        line_starts = np.empty(n, dtype=offset)
+        if n:
+            line_starts[0] = body
+            line_starts[1:] = line_ends[:-1] + 1
+        commas = commas.reshape(n, width)
+        # Sorted commas, as many as the lines need: each line holds its own share exactly
+        # when its first comma is past its start and its last before its end.
+        if (
+            width
+            and n
+            and (np.any(commas[:, 0] < line_starts) or np.any(commas[:, -1] >= line_ends))
+        ):
+            return None
+        padded = raw.find(b", ") >= 0 or raw.find(b"\n ") >= 0
+        return cls(buf, header, line_starts, commas, line_ends, padded)
+
+    def has(self, columns: Sequence[str]) -> bool:
+        """Whether every one of ``columns`` is in the header."""
+        return all(c in self.header for c in columns)
+
+    def _field(self, column: str) -> tuple[np.ndarray, np.ndarray]:
+        """(start, end) byte offsets of one column's fields."""
+        j, width = self.header.index(column), len(self.header) - 1
+        start = self._line_starts if j == 0 else self._commas[:, j - 1] + 1
+        end = self._line_ends if j == width else self._commas[:, j]
+        return start, end
+
+    def span(self, column: str) -> tuple[np.ndarray, np.ndarray]:
+        """(start, end) byte offsets of one column's fields, leading spaces skipped (as
+        ``csv``'s ``skipinitialspace`` and ``str.strip`` do)."""
+        start, end = self._field(column)
+        if not self._padded:
+            return start, end
+        start = start.copy()
+        while True:
+            space = (start < end) & (self._buf[np.minimum(start, self._buf.size - 1)] == 0x20)
+            if not space.any():
+                return start, end
+            start += space
+
+    def text(self, row: int, field: tuple[np.ndarray, np.ndarray]) -> str:
+        """One field's text."""
+        return self._buf[int(field[0][row]) : int(field[1][row])].tobytes().decode("utf-8")
+
+    def ends_with(self, field: tuple[np.ndarray, np.ndarray], suffix: bytes) -> bool:
+        """Whether every field ends with ``suffix``."""
+        start, end = field
+        if np.any(end - start < len(suffix)):
+            return False
+        return all(np.all(self._buf[end - len(suffix) + i] == b) for i, b in enumerate(suffix))
+
+    def _groups(
+        self, column: str | tuple[np.ndarray, np.ndarray]
+    ) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
+        """(rows, field starts, length) for each length the column's fields have, a
+        bounded number of rows at a time (so are the temporaries of a large file)."""
+        start, end = self.span(column) if isinstance(column, str) else column
+        length = end - start
+        sizes = np.flatnonzero(np.bincount(length)) if length.size else length
+        for size in sizes.tolist():
+            every = np.arange(length.size) if sizes.size == 1 else np.flatnonzero(length == size)
+            for a in range(0, every.size, _ROWS):
+                rows = every[a : a + _ROWS]
+                yield rows, start[rows], size
+
+    def _aligned(self, q: np.ndarray) -> np.ndarray:
+        """The aligned 8-byte words at indices ``q`` (zeros past the end)."""
+        buf = self._buf
+        words = np.frombuffer(buf.data, dtype="<u8", count=buf.size // 8)
+        inside = q < words.size
+        if words.size and inside.all():
+            return words[q]
+        rest = buf[words.size * 8 :].tobytes()
+        partial = np.frombuffer(rest + bytes(8 - len(rest)), dtype="<u8")[0]
+        near = words[np.minimum(q, words.size - 1)] if words.size else np.zeros(q.size, "<u8")
+        return np.where(inside, near, np.where(q == words.size, partial, np.uint64(0)))
+
+    def _loads(self, at: np.ndarray, count: int) -> list[np.ndarray]:
+        """The 8 bytes from each offset, from offset + 8, … (``count`` of them), each as
+        one little-endian uint64 per offset (zeros past the end)."""
+        q, r = at >> 3, (at & 7).astype(np.uint64)
+        aligned = [self._aligned(q + i) for i in range(count + 1)]
+        # Two aligned words per load, shifted together; a shift of 64 is made of two of
+        # 32, so an aligned offset takes nothing from the next word.
+        low, half = np.uint64(8) * r, np.uint64(32) - np.uint64(4) * r
+        return [(aligned[i] >> low) | ((aligned[i + 1] << half) << half) for i in range(count)]
+
+    @staticmethod
+    def _masked(word: np.ndarray, size: int) -> np.ndarray:
+        """The first ``size`` (1 to 8) bytes of each word, the rest zero."""
+        return word if size == 8 else word & np.uint64((1 << (8 * size)) - 1)
+
+    @staticmethod
+    def _eight_digits(word: np.ndarray, size: int) -> np.ndarray | None:
+        """The first ``size`` (1 to 8) bytes of each word, decimal digits, as integers;
+        None when a byte is not a digit."""
+        if size < 8:  # the bytes past the field read as leading zeros
+            mask = np.uint64((1 << (8 * size)) - 1)
+            word = (word & mask) | (_ZEROS & ~mask)
+        # A digit byte is 0x30-0x39: high nibble 3, and adding 6 keeps it there.
+        if np.any(word & _NIBBLES != _ZEROS) or np.any((word + _SIXES) & _NIBBLES != _ZEROS):
+            return None
+        x = word - _ZEROS
+        if size < 8:
+            x = x << np.uint64(8 * (8 - size))
+        # Pairs, quads and octets of digits combine in place (first digit lowest byte).
+        x = (x * np.uint64(10) + (x >> np.uint64(8))) & np.uint64(0x00FF00FF00FF00FF)
+        x = (x * np.uint64(100) + (x >> np.uint64(16))) & np.uint64(0x0000FFFF0000FFFF)
+        return (x * np.uint64(10000) + (x >> np.uint64(32))) & np.uint64(0xFFFFFFFF)
+
+    def integers(self, column: str | tuple[np.ndarray, np.ndarray]) -> np.ndarray | None:
+        """A column of unsigned decimal integers below 2**63 (int64); None when any
+        field is not one (a sign, a space, a decimal point, empty, too large)."""
+        out = np.zeros(self.rows, dtype=np.uint64)
+        for rows, start, size in self._groups(column):
+            if size == 0 or size > 19:
+                return None
+            value = np.zeros(rows.size, dtype=np.uint64)
+            for k, word in enumerate(self._loads(start, -(-size // 8))):
+                chunk = min(8, size - 8 * k)
+                part = self._eight_digits(word, chunk)
+                if part is None:
+                    return None
+                value = value * np.uint64(10**chunk) + part
+            out[rows] = value
+        if np.any(out > _INT64_MAX):
+            return None
+        return out.astype(np.int64)
+
+    def decimals(self, column: str | tuple[np.ndarray, np.ndarray]) -> np.ndarray | None:
+        """A column of unsigned decimals of at most 15 digits (``230.5``, ``12``, ``.5``)
+        as float64, each the double ``float()`` gives; None when any field is not one."""
+        out = np.zeros(self.rows, dtype=np.float64)
+        for rows, start, size in self._groups(column):
+            block = self._buf[start[:, None] + np.arange(size)]
+            dots = block == 0x2E
+            n_dots = dots.sum(axis=1)
+            digits = block - np.uint8(0x30)
+            if size == 0 or np.any(n_dots > 1) or np.any((digits > 9) & ~dots):
+                return None
+            if size - int(n_dots.min()) > _EXACT_DIGITS or np.any(size - n_dots < 1):
+                return None
+            mantissa = np.zeros(rows.size, dtype=np.uint64)
+            for p in range(size):
+                step = mantissa * np.uint64(10) + digits[:, p]
+                mantissa = np.where(dots[:, p], mantissa, step)
+            after = np.where(n_dots > 0, size - 1 - np.argmax(dots, axis=1), 0)
+            # An integer below 2**53 over an exact power of ten: one correctly rounded
+            # division, the double nearest the decimal, as float() reads it.
+            out[rows] = mantissa.astype(np.float64) / 10.0**after
+        return out
+
+    def datetimes(self, column: str) -> np.ndarray | None:
+        """A column of date-times ``2024/05/01 12:00:00.123`` (or ``-`` and ``T``; no
+        fraction, or 3 or 6 digits) as µs since 1970 of the same wall clock read as UTC;
+        None when any field is not one, or not a valid date and time."""
+        out = np.zeros(self.rows, dtype=np.int64)
+        for rows, start, size in self._groups(column):
+            if size not in (19, 23, 26):
+                return None
+
+            def at(k: int, start: np.ndarray = start) -> np.ndarray:
+                return self._buf[start + k]
+
+            def number(k: int, digits: int, start: np.ndarray = start) -> np.ndarray | None:
+                part = self._eight_digits(self._loads(start + k, 1)[0], digits)
+                return None if part is None else part.astype(np.int64)
+
+            date_sep = at(4)
+            if not (np.all(np.isin(date_sep, (0x2D, 0x2F))) and np.all(at(7) == date_sep)):
+                return None
+            if not (np.all(np.isin(at(10), (0x20, 0x54))) and np.all(at(13) == 0x3A)):
+                return None
+            if not np.all(at(16) == 0x3A) or (size > 19 and not np.all(at(19) == 0x2E)):
+                return None
+            parts = [number(k, n) for k, n in ((0, 4), (5, 2), (8, 2), (11, 2), (14, 2), (17, 2))]
+            fraction = number(20, size - 20) if size > 19 else np.zeros(rows.size, np.int64)
+            if any(p is None for p in parts) or fraction is None:
+                return None
+            year, month, day, hour, minute, second = parts  # type: ignore[misc]
+            leap = (year % 4 == 0) & ((year % 100 != 0) | (year % 400 == 0))
+            month_days = np.array([31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31])
+            valid = (month >= 1) & (month <= 12) & (day >= 1) & (year >= 1)
+            valid &= day <= month_days[np.clip(month - 1, 0, 11)] + ((month == 2) & leap)
+            valid &= (hour < 24) & (minute < 60) & (second < 60)
+            if not valid.all():
+                return None
+            # Days since 1970-01-01 of the proleptic Gregorian date (H. Hinnant's rule).
+            y = year - (month <= 2)
+            era = y // 400
+            yoe = y - era * 400
+            doy = (153 * (month + np.where(month > 2, -3, 9)) + 2) // 5 + day - 1
+            days = era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719468
+            seconds = days * 86400 + hour * 3600 + minute * 60 + second
+            out[rows] = seconds * 1_000_000 + fraction * 10 ** (6 - max(size - 20, 0))
+        return out
+
+    def strings(self, column: str) -> tuple[np.ndarray, list[str]] | None:
+        """A text column as (code per row, distinct values); None when a value has
+        surrounding white space (which the line-by-line reader strips)."""
+        codes = np.zeros(self.rows, dtype=np.int64)
+        known: dict[str, int] = {}
+        for rows, start, size in self._groups(column):
+            if size == 0:
+                codes[rows] = known.setdefault("", len(known))
+                continue
+            loads = self._loads(start, -(-size // 8))
+            words = [self._masked(w, min(8, size - 8 * k)) for k, w in enumerate(loads)]
+            key = words[0].copy()
+            for word in words[1:]:
+                key = (key * np.uint64(0x100000001B3)) ^ word
+            _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+            inverse = inverse.reshape(-1)
+            # A key is a hash: every field must equal its key's first field byte for byte.
+            if any(np.any(word != word[first][inverse]) for word in words):
+                return None
+            raw = self._buf
+            found = [
+                known.setdefault(raw[a : a + size].tobytes().decode("utf-8"), len(known))
+                for a in start[first].tolist()
+            ]
+            codes[rows] = np.array(found, dtype=np.int64)[inverse]
+        values = list(known)
+        if any(v != v.strip() for v in values):
+            return None
+        return codes, values
+
+
 # Dashboard layout -------------------------------------------------------------------------
 def read_events(path: Path) -> list[Event]:
     """The events of an ``events.csv`` (dashboard layout); extra columns are ignored.
@@ -313,12 +633,72 @@ def read_events(path: Path) -> list[Event]:
     events (the program was killed before the connector wrote ``events.csv``), the events
     come from the records, with a warning saying so.
     """
+    return list(read_event_table(path))
+
+
+def read_event_table(path: Path) -> EventTable:
+    """:func:`read_events` column by column, for files of millions of events.
+
+    A plain file (no quotes, no padding, no blank lines, decimal integers) is read with
+    whole-array operations; any other, and any file with a fault, goes through the
+    line-by-line reader, which accepts the same files and names the line at fault.
+    """
     records = path.with_name(RECORDS_FILE)
     if records.is_file():
         recovered = _recover_records(records, path)
         if recovered is not None:
-            return recovered
-    return _read_events_csv(path)
+            return EventTable.from_events(recovered)
+    table = _event_columns(_read_raw(path), path)
+    if table is not None:
+        return table
+    return EventTable.from_events(_read_events_csv(path))
+
+
+def _event_columns(raw: bytes, path: Path) -> EventTable | None:
+    """The events of a plain ``events.csv``; None when it is not plain or not valid."""
+    csv_cols = _PlainCsv.parse(raw)
+    if csv_cols is None or not csv_cols.has(EVENTS_HEADER):
+        return None
+    ints = [csv_cols.integers(c) for c in ("id", "parent_id", "start_ns", "end_ns")]
+    names = csv_cols.strings("name")
+    categories = csv_cols.strings("category")
+    if any(v is None for v in ints) or names is None or categories is None:
+        return None
+    ids, parents, starts, ends = ints
+    cat_codes, cat_values = _recoded(*categories, str.upper)
+    if not all(cat_values):
+        return None  # the line-by-line reader names the line
+    devices = None
+    if "device_id" in csv_cols.header:
+        device_field = csv_cols.strings("device_id")
+        if device_field is None:
+            return None
+        codes, values = device_field
+        try:
+            known = [_int(v, str(path), "device_id") if v else NO_DEVICE for v in values]
+        except TraceError:
+            return None
+        devices = np.array(known, dtype=np.int64)[codes] if values else codes
+    return EventTable(
+        ids,
+        parents,
+        names[0],
+        names[1],
+        cat_codes,
+        cat_values,
+        starts,
+        ends,
+        device_ids=devices,
+        first_line=2,
+        path=str(path),
+    )
+
+
+def _recoded(codes: np.ndarray, values: list[str], how: Any) -> tuple[np.ndarray, list[str]]:
+    """Codes and values after mapping each value by ``how`` (two may become one)."""
+    merged: dict[str, int] = {}
+    remap = np.array([merged.setdefault(how(v), len(merged)) for v in values], dtype=np.int64)
+    return (remap[codes] if values else codes), list(merged)
 
 
 def _read_events_csv(path: Path) -> list[Event]:
@@ -468,6 +848,9 @@ def _recover_records(records: Path, csv_path: Path) -> list[Event] | None:
 
 
 def _read_power_samples(path: Path) -> list[PowerSeries]:
+    fast = _power_columns(_read_raw(path), path)
+    if fast is not None:
+        return fast
     data: dict[tuple[str, int], tuple[list[int], list[float], list[int]]] = {}
     for lineno, row in _rows(path, POWER_HEADER):
         where = f"{path}:{lineno}"
@@ -498,6 +881,34 @@ def _read_power_samples(path: Path) -> list[PowerSeries]:
     # GPUs first, then the node's domains, each by device: the same order on every read.
     order = sorted(data, key=lambda k: (DOMAINS.index(k[0]) if k[0] in DOMAINS else 9, k))
     return [_series(d, i, data[d, i], path) for d, i in order]
+
+
+def _power_columns(raw: bytes, path: Path) -> list[PowerSeries] | None:
+    """The series of a plain ``power_samples.csv``; None when it is not plain, or holds a
+    fault the line-by-line reader must name."""
+    csv_cols = _PlainCsv.parse(raw)
+    if csv_cols is None or not csv_cols.has(POWER_HEADER) or csv_cols.rows == 0:
+        return None
+    times = csv_cols.integers("timestamp_ns")
+    devices = csv_cols.integers("device_id")
+    power = csv_cols.decimals("power_watts")
+    domains = csv_cols.strings("domain")
+    if times is None or devices is None or power is None or domains is None:
+        return None
+    codes, names = _recoded(*domains, str.upper)
+    if not all(names) or int(devices.max()) >= 2**31:
+        return None
+    key = codes * 2**31 + devices
+    found: dict[tuple[str, int], PowerSeries] = {}
+    for k in np.unique(key).tolist():
+        rows = np.flatnonzero(key == k)
+        if np.any(np.diff(times[rows]) <= 0):
+            return None  # out of order: the line-by-line reader names the line
+        domain, device = names[k // 2**31], k % 2**31
+        found[domain, device] = _series(domain, device, (times[rows], power[rows], rows + 2), path)
+    # GPUs first, then the node's domains, each by device: the same order on every read.
+    order = sorted(found, key=lambda k: (DOMAINS.index(k[0]) if k[0] in DOMAINS else 9, k))
+    return [found[k] for k in order]
 
 
 def _load_json(path: Path) -> Any:
@@ -537,9 +948,9 @@ def _read_dashboard(folder: Path, rank: int | None = None) -> Trace:
     meta = _read_metadata(folder / "metadata.json")
     if meta.get("format") == "energy-dashboard-for-kokkos" or "version" in meta:
         _not_newer(folder / "metadata.json", meta.get("version"), "", DASHBOARD_VERSION)
-    events = read_events(folder / "events.csv")
+    events = read_event_table(folder / "events.csv")
     series = _read_power_samples(folder / "power_samples.csv")
-    return Trace(tuple(events), tuple(series), meta, str(folder), rank)
+    return Trace(events, tuple(series), meta, str(folder), rank)
 
 
 def _read_merged_ranks(folder: Path, ranks: Sequence[tuple[int, Path]]) -> Trace:
@@ -799,9 +1210,18 @@ def _read_power_csv(path: Path, opts: PowerCsvOptions) -> Trace:
     if time_unit != "datetime" and time_unit not in _TIME_UNITS:
         raise TraceError(f"time unit {time_unit!r}: use s, ms, us, ns or datetime")
     device_col = _guess_column(header, ("device_id", "index", "gpu", "gpu_index"), "\0")
+    zone, zone_name = _time_zone(opts.tz) if time_unit == "datetime" else (None, "")
+    meta: dict[str, Any] = {"layout": "power-csv", "time_unit": time_unit}
+    if zone_name:
+        meta["time_zone"] = zone_name
+    fast = None
+    if time_unit == "datetime":
+        fast = _smi_columns(path, time_col, power_col, power_unit, device_col, zone, opts)
+    if fast is not None:
+        events = read_event_table(Path(opts.events)) if opts.events else ()
+        return Trace(events, fast, meta, str(path))
     ti, pi = header.index(time_col), header.index(power_col)
     di = header.index(device_col) if device_col else None
-    zone, zone_name = _time_zone(opts.tz) if time_unit == "datetime" else (None, "")
     data: dict[int, tuple[list[int], list[float], list[int]]] = {}
     for row in reader:
         lineno = reader.line_num
@@ -820,11 +1240,62 @@ def _read_power_csv(path: Path, opts: PowerCsvOptions) -> Trace:
     series = tuple(
         _series(opts.domain.upper(), dev, samples, path) for dev, samples in sorted(data.items())
     )
-    events = read_events(Path(opts.events)) if opts.events else []
-    meta: dict[str, Any] = {"layout": "power-csv", "time_unit": time_unit}
-    if zone_name:
-        meta["time_zone"] = zone_name
-    return Trace(tuple(events), series, meta, str(path))
+    events = read_event_table(Path(opts.events)) if opts.events else ()
+    return Trace(events, series, meta, str(path))
+
+
+def _smi_columns(
+    path: Path,
+    time_col: str,
+    power_col: str,
+    header_unit: str | None,
+    device_col: str | None,
+    zone: dt.tzinfo | None,
+    opts: PowerCsvOptions,
+) -> tuple[PowerSeries, ...] | None:
+    """The series of a plain power CSV with date-times (as nvidia-smi writes), read
+    column-wise; None when it is not plain, or holds anything the line-by-line reader
+    must read or name."""
+    cols = _PlainCsv.parse(_read_raw(path))
+    if cols is None or cols.rows == 0:
+        return None
+    wall_us = cols.datetimes(time_col)
+    power_field = cols.span(power_col)
+    if wall_us is None:
+        return None
+    # The unit the values carry (``250.30 W``), the same on every line, or the header's.
+    first = cols.text(0, power_field)
+    m = _NUMBER.match(first)
+    if m is None:
+        return None
+    suffix = first[m.end(1) :].encode()
+    if suffix != suffix.rstrip() or not cols.ends_with(power_field, suffix):
+        return None
+    unit = (m.group(2) or header_unit or "").lower()
+    if unit not in _POWER_UNITS:
+        return None
+    number = cols.decimals((power_field[0], power_field[1] - len(suffix)))
+    devices = cols.integers(device_col) if device_col else np.full(cols.rows, opts.device_id)
+    if number is None or devices is None:
+        return None
+    # Wall-clock time to UTC: one offset, where both ends of a trace shorter than a day
+    # have the same (no change of daylight saving time in between).
+    ends = []
+    for row in (0, cols.rows - 1):
+        text = cols.text(row, cols.span(time_col))
+        ends.append(_parse_datetime(text, f"{path}:{row + 2}", zone) - int(wall_us[row]) * 1000)
+    if ends[0] != ends[1] or wall_us[-1] - wall_us[0] > 86_400 * 10**6:
+        return None
+    times = wall_us * 1000 + ends[0]
+    power = number * _POWER_UNITS[unit]
+    series = []
+    for dev in np.unique(devices).tolist():
+        rows = np.flatnonzero(devices == dev)
+        if np.any(np.diff(times[rows]) <= 0):
+            return None  # out of order: the line-by-line reader names the line
+        samples = (times[rows], power[rows], rows + 2)
+        series.append(_series(opts.domain.upper(), int(dev), samples, path))
+    return tuple(series)
 
 
 # Detection and entry points ---------------------------------------------------------------
