@@ -539,7 +539,7 @@ def _compare(
             "diff_j": diff,
             "rel_diff": diff / ref.energy_j if ref.energy_j > 0 else float("nan"),
             "error_estimate_j": w.error_j,
-            "covered": abs(diff) <= w.error_j,
+            "covered": bool(abs(diff) <= w.error_j),
             "samples_inside": w.n_samples,
             "short": w.short,
         }

@@ -47,6 +47,14 @@ __all__ = ["command"]
     show_default=True,
     help="Coverage of the confidence intervals.",
 )
+@click.option(
+    "--outside",
+    type=click.Choice(["regions", "events"]),
+    default=None,
+    help="What 'outside every region' counts: regions, the Kokkos field note's (kernels "
+    "outside every region count as outside; the default where the runs report it), or "
+    "events (they count as inside). Both are shown, each named.",
+)
 @seed_option("Bootstrap seed.")
 @json_option("Print eopt.comparison/1 JSON on stdout.")
 @json_output_option()
@@ -68,6 +76,7 @@ def command(
     edges: str,
     resamples: int,
     confidence: float,
+    outside: str | None,
     seed: int,
     as_json: bool,
     output: str | None,
@@ -113,6 +122,7 @@ def command(
             resamples=resamples,
             confidence=confidence,
             seed=seed,
+            outside=outside,
         )
     except (TraceError, ValueError) as exc:
         raise UserError(str(exc)) from None

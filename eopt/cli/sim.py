@@ -104,8 +104,10 @@ def fit_command(
     """
     from eopt.sim.fit import (
         SimFitError,
+        cannot_serve,
         fit_sim,
         holdout_error,
+        optimum_checks,
         profile_document,
         read_library_table,
         summary_metrics,
@@ -141,6 +143,8 @@ def fit_command(
         "fit_rms": fit.rms,
         "fit_converged": fit.success,
         "physics": fit.physics.to_dict(),
+        "optimum": [c.to_dict() for c in optimum_checks(table, fit)],
+        "cannot_serve": cannot_serve(table, profile),
     }
     if output is not None:
         doc = profile_document(fit, base_name, profile, model, provenance, result["heldout"])
@@ -192,6 +196,23 @@ def _print(result: dict[str, Any], phys: Any, base_why: str) -> None:
         f"{phys.p_const_w:.1f} W + leakage {phys.p_leak_w:.1f} W, memory side on the SM "
         f"clock {phys.mem_core_share:.2f}",
     ]
+    checks = result["optimum"]
+    missed = [c for c in checks if not c["ok"]]
+    lines.append(
+        f"energy-optimal setting per kernel: {len(checks) - len(missed)} of {len(checks)} "
+        "within one setting or 1 % of the measured minimum energy"
+        + (
+            "; missed: "
+            + ", ".join(
+                f"{c['kernel']} ({c['fit_setting']:g} vs {c['data_setting']:g}, "
+                f"+{100 * c['extra_energy']:.1f} %)"
+                for c in missed[:4]
+            )
+            if missed
+            else ""
+        )
+    )
+    lines += [f"cannot serve: {line}" for line in result["cannot_serve"]]
     if not result["fit_converged"]:
         lines.append("note: the optimizer stopped at its evaluation limit; the fit may improve")
     if "profile" in result:

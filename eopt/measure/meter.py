@@ -484,7 +484,7 @@ class Meter:
         resolution = max(self.sensor_period_s, self.averaging_s)
         if self.method == "counter" and self.counter_period_s > 0:
             resolution = self.counter_period_s
-        short = duration < 10 * resolution * (1 - 1e-9)  # float slack
+        short = bool(duration < 10 * resolution * (1 - 1e-9))  # float slack; never a NumPy bool
         gap_s = self._gap_overlap_s(start_s, end_s)
         if self.method == "counter":
             if not self.counter_trace.covers(start_s, end_s):

@@ -164,7 +164,7 @@ def estimate_power_update_period(
     poll_period = elapsed / polls if polls else poll_s
     gaps = [b - a for a, b in itertools.pairwise(changes)]
     period = period_from_changes(changes) if len(changes) >= min_changes else None
-    at_limit = period is not None and period < 2.0 * poll_period
+    at_limit = bool(period is not None and period < 2.0 * poll_period)  # never a NumPy bool
     return UpdatePeriodEstimate(
         field=name,
         period_s=period,

@@ -11,6 +11,13 @@ from eopt.runs.compare import Comparison, Intervals, Reduction, format_runs
 
 __all__ = ["reduction_interval", "reduction_words", "render_comparison"]
 
+#: Table row of each "outside every region" definition (eopt.runs.compare.OUTSIDE_DEFINITIONS):
+#: the field note's counts kernels outside every region as outside.
+_OUTSIDE_ROWS = {
+    "regions": "outside every region, note's (median share)",
+    "events": "outside every event (median share)",
+}
+
 _ROWS = (
     ("time s", "time_s", "time"),
     ("energy J", "energy_j", "energy"),
@@ -95,13 +102,19 @@ def _main_table(cmp: Comparison, title: str) -> Table:
         table.add_column(col, justify="left" if col == "" else "right")
     _stat_rows(table, cmp, "median")
     _stat_rows(table, cmp, "mean")
-    shares = [cmp.a.outside_share, cmp.b.outside_share]
-    if any(s is not None for s in shares):
+    first = cmp.a.outside_definition
+    other = "events" if first == "regions" else "regions"
+    for definition, shares in (
+        (first, [cmp.a.outside_share, cmp.b.outside_share]),
+        (other, [cmp.a.outside_other, cmp.b.outside_other]),
+    ):
+        if all(s is None for s in shares):
+            continue
         cells = []
         for s, n in zip(shares, (cmp.a.n, cmp.b.n), strict=True):
             known = "" if s is None or s.n == n else f" ({s.n} runs)"
             cells.append("unknown" if s is None else f"{s.median:.1%}{known}")
-        table.add_row("outside regions (median share)", cells[0], "", cells[1], "", "", "")
+        table.add_row(_OUTSIDE_ROWS[definition], cells[0], "", cells[1], "", "", "")
     return table
 
 

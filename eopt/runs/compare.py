@@ -6,7 +6,8 @@ of the whole run), built by whoever reads the traces. Output: a :class:`Comparis
 - medians and means of time, energy and mean power per variant, with bootstrap CIs;
 - the relative reduction ``1 − stat_B / stat_A`` of the medians (and of the means), with
   bootstrap CIs from resampling A and B independently;
-- the share of each run's energy that falls outside every region;
+- the share of each run's energy that falls outside every region, by either definition
+  (:data:`OUTSIDE_DEFINITIONS`), each named in the output;
 - blocks of consecutive runs (in run order, by start time) in a different machine state,
   reported with their 1-based run indices; they stay in the main result, and the whole
   comparison is repeated without them (``without_blocks``). They are never dropped.
@@ -31,9 +32,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from eopt.runs.stats import detect_state_change
+from eopt.runs.stats import default_min_block, detect_state_change
 
 __all__ = [
+    "OUTSIDE_DEFINITIONS",
     "SCHEMA",
     "Comparison",
     "Intervals",
@@ -46,6 +48,7 @@ __all__ = [
     "VariantSummary",
     "compare_runs",
     "format_runs",
+    "outside_shares",
 ]
 
 SCHEMA = "eopt.comparison/1"
@@ -109,8 +112,12 @@ class RunValues:
         start_ns: Start of the run (ns, any epoch shared by the run set); sets run order.
         time_s: Duration of the region (or of the whole run when no region is asked), s.
         energy_j: Energy of the same span, J.
-        outside_share: The run's energy outside every region divided by its total energy
-            (0 … 1), or None when unknown.
+        outside_share: The run's energy outside every event (user region, kernel or
+            copy) divided by its total energy (0 … 1), or None when unknown (the
+            ``"events"`` definition of :data:`OUTSIDE_DEFINITIONS`).
+        outside_share_regions: The run's energy outside every user region (kernels
+            outside every region count as outside: the field note's definition,
+            ``"regions"``), or None when unknown. :func:`outside_shares` gives both.
     """
 
     label: str
@@ -118,6 +125,7 @@ class RunValues:
     time_s: float
     energy_j: float
     outside_share: float | None = None
+    outside_share_regions: float | None = None
 
     def __post_init__(self) -> None:
         where = f"run {self.label!r}"
@@ -131,11 +139,18 @@ class RunValues:
             raise ValueError(f"{where}: time_s must be > 0, got {self.time_s!r}")
         if self.energy_j < 0:
             raise ValueError(f"{where}: energy_j must be >= 0, got {self.energy_j!r}")
-        s = self.outside_share
-        if s is not None and (
-            not isinstance(s, (int, float, np.number)) or not math.isfinite(s) or not 0 <= s <= 1
-        ):
-            raise ValueError(f"{where}: outside_share must be in [0, 1] or None, got {s!r}")
+        for name in ("outside_share", "outside_share_regions"):
+            s = getattr(self, name)
+            if s is not None and (
+                not isinstance(s, (int, float, np.number))
+                or not math.isfinite(s)
+                or not 0 <= s <= 1
+            ):
+                raise ValueError(f"{where}: {name} must be in [0, 1] or None, got {s!r}")
+
+    def outside(self, definition: str) -> float | None:
+        """The outside share by ``definition`` (a key of :data:`OUTSIDE_DEFINITIONS`)."""
+        return self.outside_share_regions if definition == "regions" else self.outside_share
 
     @property
     def power_w(self) -> float:
@@ -167,6 +182,44 @@ class Intervals:
     def to_dict(self) -> dict[str, list[float | None]]:
         """JSON-ready mapping."""
         return {k: [_num(v) for v in getattr(self, k)] for k in _QUANTITIES}
+
+
+#: What "outside every region" counts, by name. ``regions`` is the Kokkos field note's
+#: (``shared/reference/kokkos-energy-note.txt``: the run's total "also counts the time
+#: outside any region", against the energy of its regions), the default; ``events`` also
+#: counts kernels and copies that lie outside every user region as inside.
+OUTSIDE_DEFINITIONS: dict[str, str] = {
+    "regions": "outside every user region (kernels outside every region count as outside)",
+    "events": "outside every event (kernels outside every region count as inside)",
+}
+
+
+def outside_shares(att: Any) -> dict[str, float | None]:
+    """Both outside shares of one run's attribution.
+
+    Args:
+        att: An :class:`eopt.attribute.engine.Attribution` made with ``calls=True``
+            (without its calls only ``events`` is known).
+
+    Returns:
+        Share of the total energy by definition name (None where unknown).
+    """
+    total = float(att.total_energy_j)
+    if total <= 0:
+        return dict.fromkeys(OUTSIDE_DEFINITIONS)
+    events = float(att.outside_energy_j) / total
+    if not att.calls:
+        return {"regions": None, "events": events}
+    # What lies inside the user regions is what their outermost calls were charged (the
+    # sharing rule splits the power among the calls running at each instant, so these
+    # add up without counting an instant twice); top-level kernels and copies, which the
+    # two definitions disagree on, are then outside. The regions lie inside the power
+    # trace, where a kernel launched before it or after it need not.
+    inside = [c.inclusive_energy_j for c in att.calls if c.depth == 0 and c.event.is_region]
+    if not att.calls or any(e is None for e in inside):
+        return {"regions": None, "events": events}
+    regions = min(1.0, max(0.0, 1.0 - float(sum(inside)) / total))
+    return {"regions": regions, "events": events}
 
 
 @dataclass(frozen=True)
@@ -201,7 +254,11 @@ class VariantSummary:
             powers, not total energy / total time).
         ci_median: Bootstrap CIs of the medians.
         ci_mean: Bootstrap CIs of the means.
-        outside_share: Energy outside every region, or None when no run reported it.
+        outside_share: Energy outside every region by ``outside_definition``, or None
+            when no run reported it.
+        outside_definition: Which definition ``outside_share`` follows (a key of
+            :data:`OUTSIDE_DEFINITIONS`).
+        outside_other: The share by the other definition, or None when unknown.
     """
 
     name: str
@@ -212,6 +269,8 @@ class VariantSummary:
     ci_median: Intervals
     ci_mean: Intervals
     outside_share: OutsideShare | None
+    outside_definition: str = "regions"
+    outside_other: OutsideShare | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready mapping."""
@@ -350,8 +409,14 @@ class Comparison:
             "reduction": self.reduction.to_dict(),
             "reduction_mean": self.reduction_mean.to_dict(),
             "outside_share": {
+                "definition": self.a.outside_definition,
                 "a": self.a.outside_share.to_dict() if self.a.outside_share else None,
                 "b": self.b.outside_share.to_dict() if self.b.outside_share else None,
+                "other": {
+                    "definition": _other_definition(self.a.outside_definition),
+                    "a": self.a.outside_other.to_dict() if self.a.outside_other else None,
+                    "b": self.b.outside_other.to_dict() if self.b.outside_other else None,
+                },
             },
             "state_blocks": [blk.to_dict() for blk in self.state_blocks],
             "state_detection": dict(self.state_detection) if self.state_detection else None,
@@ -397,8 +462,13 @@ def _reductions(
     return Reductions(*(Reduction(_num(v), ci) for v, ci in zip(value, cis, strict=True)))
 
 
-def _outside(runs: Sequence[RunValues]) -> OutsideShare | None:
-    shares = np.array([r.outside_share for r in runs if r.outside_share is not None])
+def _other_definition(definition: str) -> str:
+    return "events" if definition == "regions" else "regions"
+
+
+def _outside(runs: Sequence[RunValues], definition: str) -> OutsideShare | None:
+    values = [r.outside(definition) for r in runs]
+    shares = np.array([v for v in values if v is not None])
     if shares.size == 0:
         return None
     return OutsideShare(int(shares.size), float(np.median(shares)), float(shares.mean()))
@@ -411,6 +481,7 @@ def _summary(
     boot_med: np.ndarray,
     boot_mean: np.ndarray,
     conf: float,
+    outside: str,
 ) -> VariantSummary:
     med, mean = np.median(x, axis=1), x.mean(axis=1)
     return VariantSummary(
@@ -421,7 +492,9 @@ def _summary(
         mean=Quantities(*(float(v) for v in mean)),
         ci_median=Intervals(*_quantile_pairs(boot_med, conf)),
         ci_mean=Intervals(*_quantile_pairs(boot_mean, conf)),
-        outside_share=_outside(runs),
+        outside_share=_outside(runs, outside),
+        outside_definition=outside,
+        outside_other=_outside(runs, _other_definition(outside)),
     )
 
 
@@ -495,7 +568,7 @@ def _find_blocks(
     x = _values(runs)
     t, p = x[0], x[2]
     n = t.size
-    mb = min_block if min_block is not None else max(3, n // 10)
+    mb = min_block if min_block is not None else default_min_block(n, alpha / 2)
     cuts_by: dict[str, set[int]] = {}
     for name, series, offset in (("time_s", t, 0), ("power_w", p, 1)):
         # Bonferroni over the two series, so that ``alpha`` is the false-alarm rate per
@@ -570,6 +643,7 @@ def compare_runs(
     state_min_effect: float = 0.02,
     state_min_block: int | None = None,
     state_permutations: int = 999,
+    outside: str | None = None,
 ) -> Comparison:
     """Compare variant B against variant A over repeated runs.
 
@@ -587,9 +661,16 @@ def compare_runs(
             the main state.
         state_min_effect: Smallest relative level difference that makes a block (0.02:
             2 %; smaller shifts are drift, not another machine state).
-        state_min_block: Smallest block in runs; default max(3, n // 10).
+        state_min_block: Smallest block in runs; default max(3, n // 10, the smallest
+            block whose p-value can reach state_alpha / 2) (``eopt.runs.stats.
+            default_min_block``: four runs at n = 34).
         state_permutations: Permutations per change-point test (999 lets a p-value
-            reach 0.001, below the split levels of a second search).
+            reach 0.001, below the split levels of a second search); raised to what
+            the level needs (``eopt.runs.stats.permutations_for``).
+        outside: Which "outside every region" headlines (:data:`OUTSIDE_DEFINITIONS`):
+            ``"regions"``, the field note's, or ``"events"``; the other is kept beside
+            it, and both are named. None: ``"regions"`` wherever a run reports it,
+            else ``"events"`` (runs read by a loader that gives only that one).
 
     Returns:
         The comparison. Blocks stay in ``a``, ``b`` and the reductions; when there is
@@ -605,13 +686,20 @@ def compare_runs(
     """
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    if outside is not None and outside not in OUTSIDE_DEFINITIONS:
+        raise ValueError(
+            f"outside must be one of {', '.join(OUTSIDE_DEFINITIONS)}, got {outside!r}"
+        )
     if resamples < MIN_RESAMPLES:
         raise ValueError(
             f"resamples must be at least {MIN_RESAMPLES} (fewer make the CI ends noisy), "
             f"got {resamples}"
         )
     runs_a, runs_b = _ordered(a, f"variant {names[0]}"), _ordered(b, f"variant {names[1]}")
-    base = _compare(runs_a, runs_b, region, names, resamples, confidence, seed)
+    if outside is None:
+        known = any(r.outside_share_regions is not None for r in (*runs_a, *runs_b))
+        outside = "regions" if known else "events"
+    base = _compare(runs_a, runs_b, region, names, resamples, confidence, seed, outside)
     if not detect_states:
         return base
     settings = {
@@ -626,7 +714,9 @@ def compare_runs(
     warns = list(base.warnings)
     blocks: list[StateBlock] = []
     for key, name, runs in (("a", names[0], runs_a), ("b", names[1], runs_b)):
-        mb = state_min_block if state_min_block is not None else max(3, len(runs) // 10)
+        mb = state_min_block
+        if mb is None:
+            mb = default_min_block(len(runs), state_alpha / 2)
         if len(runs) < 2 * mb:
             warns.append(
                 f"{name}: {len(runs)} runs are too few to look for blocks in another "
@@ -642,7 +732,7 @@ def compare_runs(
         keep_a = [r for i, r in enumerate(runs_a, 1) if ("a", i) not in out]
         keep_b = [r for i, r in enumerate(runs_b, 1) if ("b", i) not in out]
         if len(keep_a) >= 2 and len(keep_b) >= 2:
-            without = _compare(keep_a, keep_b, region, names, resamples, confidence, seed)
+            without = _compare(keep_a, keep_b, region, names, resamples, confidence, seed, outside)
         warns += _block_warnings(base, blocks, without, len(runs_a), len(runs_b))
     return Comparison(
         region=base.region,
@@ -670,6 +760,7 @@ def _compare(
     resamples: int,
     confidence: float,
     seed: int,
+    outside: str = "regions",
 ) -> Comparison:
     """Summaries and reductions of runs already in run order (no block search)."""
     xa, xb = _values(runs_a), _values(runs_b)
@@ -678,8 +769,8 @@ def _compare(
     # resample is a set of whole runs; A and B are drawn independently (unpaired runs).
     med_a, mean_a = _resampled_stats(xa, rng.integers(0, xa.shape[1], (resamples, xa.shape[1])))
     med_b, mean_b = _resampled_stats(xb, rng.integers(0, xb.shape[1], (resamples, xb.shape[1])))
-    sa = _summary(names[0], runs_a, xa, med_a, mean_a, confidence)
-    sb = _summary(names[1], runs_b, xb, med_b, mean_b, confidence)
+    sa = _summary(names[0], runs_a, xa, med_a, mean_a, confidence, outside)
+    sb = _summary(names[1], runs_b, xb, med_b, mean_b, confidence, outside)
     obs = {
         "median": (np.median(xa, axis=1), np.median(xb, axis=1)),
         "mean": (xa.mean(axis=1), xb.mean(axis=1)),

@@ -7,6 +7,7 @@ the same flags.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,9 +19,13 @@ __all__ = [
     "Segment",
     "StateChange",
     "Summary",
+    "block_p_floor",
     "bootstrap_ci",
+    "default_min_block",
     "detect_state_change",
     "detect_warmup_drift",
+    "min_detectable_block",
+    "permutations_for",
     "summarize",
 ]
 
@@ -221,6 +226,73 @@ class StateChange:
         }
 
 
+#: Smallest block the default rule ever uses, in runs.
+MIN_BLOCK_FLOOR = 3
+
+
+def block_p_floor(n: int, m: int) -> float:
+    """The smallest p-value the block search can give a block of ``m`` runs among ``n``.
+
+    Under the permutation null every placement of the block's ``m`` values is equally
+    likely; however far they lie from the rest, a permutation matches the observed
+    maximum whenever it puts them where some candidate is: one of the ``n − m + 1``
+    contiguous blocks of ``m``, or the ``m − 1`` non-contiguous complements of a
+    contiguous block of ``n − m`` (a change at both ends). So the exact floor is
+    ``n / C(n, m)`` (e.g. 32 + 2 = 34 of C(34, 3) = 5984 placements: 0.0057).
+
+    Args:
+        n: Runs in the series.
+        m: Runs in the block (1 ≤ m < n).
+    """
+    if not 1 <= m < n:
+        raise ValueError(f"a block of {m} runs among {n} must have 1 ≤ m < n")
+    return n / math.comb(n, m)
+
+
+def min_detectable_block(n: int, level: float) -> int:
+    """The smallest block whose p-value can fall well below ``level``.
+
+    The smallest ``m`` with :func:`block_p_floor` ``(n, m) ≤ level / 4``, so that a
+    permutation estimate of the p-value (:func:`permutations_for`) lands below
+    ``level`` for a clear block; ``n // 2`` when none does (the series is too short
+    for any block at this level).
+
+    Args:
+        n: Runs in the series (≥ 2).
+        level: Significance level the block is tested at (per series).
+    """
+    if not 0 < level < 1:
+        raise ValueError(f"the level must be in (0, 1), got {level!r}")
+    for m in range(1, n // 2 + 1):
+        if block_p_floor(n, m) <= level / 4:
+            return m
+    return max(n // 2, 1)
+
+
+def default_min_block(n: int, level: float) -> int:
+    """The default smallest block: ``max(3, n // 10, min_detectable_block(n, level))``.
+
+    Three runs and a tenth of the series keep single outliers from making a block; the
+    last term keeps every block the rule allows detectable at ``level`` (at n = 34 and
+    level 0.005, four runs: a three-run block cannot reach p < 0.0057).
+
+    Args:
+        n: Runs in the series.
+        level: Significance level of the block test (per series).
+    """
+    return max(MIN_BLOCK_FLOOR, n // 10, min_detectable_block(n, level))
+
+
+def permutations_for(level: float, n_perm: int) -> int:
+    """Permutations enough for a p-value estimate to resolve ``level``: at least 20/level.
+
+    Args:
+        level: Significance level of the test.
+        n_perm: Permutations asked for (the larger of the two is used).
+    """
+    return max(int(n_perm), math.ceil(20.0 / level) - 1)
+
+
 def _candidate_blocks(n: int, min_block: int) -> tuple[np.ndarray, np.ndarray]:
     """Edges (a, b) of every candidate block [a, b) with both it and the rest ≥ min_block.
 
@@ -295,15 +367,17 @@ def detect_state_change(
         values: Single-run values in the order they were measured.
         alpha: Family-wise significance level (the k-th search is tested at alpha / k).
         min_effect: Smallest relative difference of block means that counts.
-        min_block: Smallest block; default max(3, n // 10).
-        n_perm: Permutations per test.
+        min_block: Smallest block; default :func:`default_min_block` ``(n, alpha)``, so
+            every block it allows can reach p < alpha.
+        n_perm: Permutations per test; raised to :func:`permutations_for` ``(alpha)``.
         seed: Seed of the permutations.
 
     Assumptions:
         Within a state, runs are exchangeable (independent, identically distributed).
     """
     arr = _as_array(values)
-    mb = min_block if min_block is not None else max(3, arr.size // 10)
+    mb = min_block if min_block is not None else default_min_block(arr.size, alpha)
+    n_perm = permutations_for(alpha, n_perm)
     rng = np.random.default_rng(seed)
     cuts: set[int] = set()
     p_values: list[float] = []

@@ -13,7 +13,7 @@ from pathlib import Path
 from eopt.attribute.engine import EdgeRule, attribute, window_energy
 from eopt.model.trace import Trace, TraceError
 from eopt.model.trace_io import read_runs
-from eopt.runs.compare import RunValues
+from eopt.runs.compare import RunValues, outside_shares
 
 __all__ = ["load_variant", "run_values"]
 
@@ -39,10 +39,18 @@ def run_values(
         TraceError: when the run lacks the region, or its energy is unknown (the region
             reaches outside the power trace), naming the run.
     """
-    att = attribute(trace, domain=domain)
+    att = attribute(trace, domain=domain, calls=True)
+    shares = outside_shares(att)
     label = Path(trace.source).name or trace.source
     if region is None:
-        return RunValues(label, trace.start_ns, att.total_time_s, att.total_energy_j, None)
+        return RunValues(
+            label,
+            trace.start_ns,
+            att.total_time_s,
+            att.total_energy_j,
+            shares["events"],
+            shares["regions"],
+        )
     try:
         r = att.region(region)
     except KeyError as exc:
@@ -67,7 +75,7 @@ def run_values(
             f"{trace.source}: region {region!r} reaches outside the power trace, so its energy "
             "is unknown; compare another region or drop this run explicitly"
         )
-    return RunValues(label, trace.start_ns, r.time_s, energy, att.outside_share)
+    return RunValues(label, trace.start_ns, r.time_s, energy, shares["events"], shares["regions"])
 
 
 def load_variant(

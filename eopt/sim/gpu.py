@@ -477,6 +477,11 @@ class SimulatedGPU:
         self._warmth: dict[str, float] = {}
         self._idle_since_s = self._t
         self._state_block_left = 0
+        # Slow noise (NoiseModel): wander states in units of their stationary SD, which
+        # start at the nominal state, and warmth 1 (a warm device) at construction.
+        self._wander_z = np.zeros(2)  # power, time
+        self._ready_warmth = 1.0
+        self._noise_at_s = self._t
 
         # Start at the idle steady state, as a GPU that has sat idle for a while.
         self._temp_c = self._phys.t_ambient_c
@@ -979,8 +984,44 @@ class SimulatedGPU:
             t_regime=now,
         )
 
+    def _advance_slow_noise(self, now: float) -> None:
+        """Move the wander and the warmth from their last update to ``now``."""
+        model = self.noise_model
+        dt = now - self._noise_at_s
+        if dt <= 0.0:
+            return
+        idle = 0.0 if self._active else min(dt, max(now - self._idle_since_s, 0.0))
+        busy = dt - idle
+        # The busy part of the interval came before its idle tail.
+        warmth = 1.0 - (1.0 - self._ready_warmth) * math.exp(-busy / model.warm_tau_s)
+        self._ready_warmth = warmth * math.exp(-idle / model.cool_tau_s)
+        decay = math.exp(-dt / model.wander_tau_s)
+        shock = self._extra_rng.standard_normal(2)
+        self._wander_z = self._wander_z * decay + math.sqrt(1.0 - decay * decay) * shock
+        self._noise_at_s = now
+
+    def _slow_noise(self) -> tuple[float, float]:
+        """Time and power multipliers of the wander and the warm-up drift now."""
+        model = self.noise_model
+        self._advance_slow_noise(self._t)
+        cold = 1.0 - self._ready_warmth
+        z_power, z_time = self._wander_z
+        if self._locked_sm is not None:
+            power = 1.0 + model.wander_power_locked * z_power - model.warmup_power_locked * cold
+            time = 1.0 + model.wander_time_locked * z_time + model.warmup_time_locked * cold
+        else:
+            power = 1.0 + model.wander_power_unlocked * z_power
+            power -= model.warmup_power_unlocked * cold
+            time = 1.0 + model.wander_time_unlocked * z_time + model.warmup_time_unlocked * cold
+        if model.time_jitter is not None:  # a chosen launch-time jitter is the whole time noise
+            time = 1.0
+        return max(0.5, time), max(0.5, power)
+
     def _extra_noise(self, time_scale: float, power_scale: float) -> tuple[float, float, str]:
         model = self.noise_model
+        slow_time, slow_power = self._slow_noise()
+        time_scale *= slow_time
+        power_scale *= slow_power
         if self._locked_sm is None:
             # The boost clock wanders when unlocked (see NoiseModel for the data); a
             # chosen launch-time jitter replaces its share of the time noise.

@@ -1,0 +1,212 @@
+"""Does a fitted simulator choose the right clock? Held-out errors and the optimum, per GPU.
+
+Each GPU's rows of ``shared/data/dvfs/unified_modes.csv`` (the Perseus A40 and A100
+stage curves, and the models of ``benchmarks/sim_calibration.py --gpus``) are fitted with
+:func:`eopt.sim.fit.fit_sim` without every third interior clock (every other on sweeps of
+≤ 6 settings), from the same start as the calibration. Columns: held-out time / power /
+energy error (mean |relative|, on the clocks left out); the optimum: kernels whose fitted
+energy-optimal setting, chosen among all the data's settings, lies within one setting of
+the measured one or costs at most 1 % more measured energy
+(:func:`eopt.sim.fit.optimum_checks`), and the median / largest extra energy of running at
+the fit's choice; on power-limit sweeps, the share of kernels whose energy is U-shaped
+over the limit (data / sim); and what the fit cannot serve (kernels it never saw: the
+error on whole held-out kernels, each fitted at four settings only).
+
+Targets: the optimum for every Perseus curve on the A40 and the A100; the sim's U-shaped
+share within 10 points of the data's on power-limit sweeps.
+
+    python3 benchmarks/sim_fit_optimum.py                 # A40, A100, V100, RTX 6000
+    python3 benchmarks/sim_fit_optimum.py --all           # every fitted model
+    python3 benchmarks/sim_fit_optimum.py --smoke         # tests/data's RTX 8000 kernels
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common as common
+import sim_calibration as cal
+
+from eopt.sim.fit import (
+    MeasuredTable,
+    _held_knob_values,
+    fit_sim,
+    holdout_error,
+    optimum_checks,
+    u_shaped,
+)
+from eopt.sim.profiles import load_profile
+
+NAME = "sim_fit_optimum"
+# The A40's Perseus curves are among the calibration's models already; the A100's are
+# its part 1, fitted here the same way as the others.
+A100 = cal.GpuData("A100-SXM4-80GB", "perseus_sosp24_stage_profile", "a100_sxm", "Perseus stages")
+DEFAULT_MODELS = ("A40", "A100-SXM4-80GB", "V100-PCIE-16GB", "Quadro-RTX-6000")
+U_TOLERANCE = 0.10
+SMOKE_TABLE = Path("dvfs") / "nv_dvfs_benchmark" / "rtx8000-dvfs-real-profile.csv"
+
+
+def _specs(everything: bool) -> list[cal.GpuData]:
+    specs = [A100, *cal.GPUS]
+    return specs if everything else [s for s in specs if s.model in DEFAULT_MODELS]
+
+
+def _u_shares(table: MeasuredTable, fit: Any) -> tuple[float, float] | None:
+    if table.knob != "power_limit_w":
+        return None
+    model = fit.predict(table)["energy_j"]
+    knob = table.knob_values()
+    names = np.array(table.kernel)
+    e = table.time_s * table.power_w
+    data, sim = [], []
+    for k in table.kernels:
+        rows = np.flatnonzero(names == k)
+        data.append(u_shaped(e[rows], knob[rows]))
+        sim.append(u_shaped(model[rows], knob[rows]))
+    return float(np.mean(data)), float(np.mean(sim))
+
+
+def judge(spec: cal.GpuData, table: MeasuredTable, kernels_holdout: bool) -> dict[str, Any]:
+    """Fit one GPU without its held-out clocks and judge errors, optimum and U shape."""
+    profile = load_profile(spec.model)
+    start = replace(cal.a100_scaled(profile), p_core_w=profile.physics.p_core_w)
+    used = cal.fit_table(table, spec)
+    began = time.perf_counter()
+    knob = used.knob_values()
+    held = np.isin(knob, _held_knob_values(knob))
+    fit = fit_sim(used.select(~held), profile, start=start)
+    errors = holdout_error(used, profile, "clocks", start=start)
+    checks = optimum_checks(used, fit)
+    extra = [c.extra_energy for c in checks]
+    row: dict[str, Any] = {
+        "model": spec.model,
+        "data": spec.label,
+        "kernels": len(used.kernels),
+        "settings": len(np.unique(knob)),
+        "heldout": errors.to_dict(),
+        "optimum_ok": sum(c.ok for c in checks),
+        "optimum": [c.to_dict() for c in checks],
+        "extra_median": float(np.median(extra)),
+        "extra_max": float(np.max(extra)),
+        "u_shape": _u_shares(used, fit),
+    }
+    if kernels_holdout and len(used.kernels) >= 2:
+        row["unseen_kernels"] = holdout_error(used, profile, "kernels", start=start).to_dict()
+    row["seconds"] = time.perf_counter() - began
+    return row
+
+
+def _pct(value: float | None, digits: int = 1) -> str:
+    return "—" if value is None else f"{100 * value:.{digits}f} %"
+
+
+def print_rows(rows: list[dict[str, Any]]) -> None:
+    """The held-out table, one line per fitted GPU."""
+    headers = [
+        "GPU",
+        "data",
+        "kern×set",
+        "held-out T",
+        "P",
+        "E",
+        "optimum ok",
+        "extra E med",
+        "max",
+        "U-shaped data/sim",
+        "unseen kernels E",
+    ]
+    body = []
+    for r in rows:
+        u = r["u_shape"]
+        unseen = r.get("unseen_kernels")
+        body.append(
+            [
+                r["model"],
+                r["data"],
+                f"{r['kernels']}×{r['settings']}",
+                _pct(r["heldout"]["time_err"]),
+                _pct(r["heldout"]["power_err"]),
+                _pct(r["heldout"]["energy_err"]),
+                f"{r['optimum_ok']}/{r['kernels']}",
+                _pct(r["extra_median"]),
+                _pct(r["extra_max"]),
+                "—" if u is None else f"{100 * u[0]:.0f} / {100 * u[1]:.0f} %",
+                "—" if unseen is None else _pct(unseen["energy_err"]),
+            ]
+        )
+    common.print_table(headers, body, title="Fitted simulators on held-out clocks")
+
+
+def _smoke_table() -> MeasuredTable:
+    path = common.data_dir() / SMOKE_TABLE
+    with path.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    names = list(dict.fromkeys(r["benchmark"] for r in rows))[:4]
+    return MeasuredTable.from_rows(
+        (
+            {
+                "kernel": r["benchmark"],
+                "sm_clock_mhz": float(r["core_frequency"]),
+                "time_s": float(r["time"]) * 1e-3,  # the file's time is per launch, in ms
+                "power_w": float(r["average_power"]),
+            }
+            for r in rows
+            if r["benchmark"] in names
+        ),
+        source=str(path),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = common.argument_parser(__doc__ or "", 3)
+    parser.add_argument("--all", action="store_true", help="every fitted GPU model")
+    parser.add_argument("--strict", action="store_true", help="exit 1 on any FAIL")
+    parser.add_argument("--no-save", action="store_true", help=f"do not write {NAME}.json")
+    common.add_smoke_option(parser)
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    verdicts = common.Verdicts()
+    rows = []
+    if common.enter_smoke(args):
+        spec = cal.GpuData("Quadro-RTX-8000", "nv_dvfs_benchmark", "quadro_rtx8000", "NV-DVFS")
+        rows.append(judge(spec, _smoke_table(), kernels_holdout=False))
+    else:
+        for spec in _specs(args.all):
+            table = cal.load_gpu_table(spec)
+            rows.append(judge(spec, table, kernels_holdout=spec.source == "nv_dvfs_benchmark"))
+            print(f"  fitted {spec.model} ({rows[-1]['seconds']:.0f} s)", file=sys.stderr)
+    print_rows(rows)
+    for r in rows:
+        if r["data"] == "Perseus stages":
+            ok = r["optimum_ok"] == r["kernels"]
+            verdicts.lines.append((ok, f"{r['model']}: optimum {r['optimum_ok']}/{r['kernels']}"))
+        if r["u_shape"] is not None:
+            data, sim = r["u_shape"]
+            ok = abs(sim - data) <= U_TOLERANCE
+            verdicts.lines.append((ok, f"{r['model']}: U-shaped {sim:.0%} sim vs {data:.0%}"))
+    for r in rows:
+        missed = [c for c in r["optimum"] if not c["ok"]]
+        for c in missed:
+            print(
+                f"  {r['model']} {c['kernel']}: fit {c['fit_setting']:g}, data "
+                f"{c['data_setting']:g} ({c['steps']:+d} settings, "
+                f"+{100 * c['extra_energy']:.1f} %)"
+            )
+    print(f"\n{time.perf_counter() - started:.0f} s")
+    verdicts.summary()
+    if not args.no_save:
+        print(f"wrote {common.write_results(NAME, {'gpus': rows})}")
+    return verdicts.exit_status(args.strict)
+
+
+if __name__ == "__main__":
+    common.run_main(main)
