@@ -8,9 +8,28 @@ from typing import Any
 
 from eopt.model.fileformats import FileFormatError, Where, parse_json, read_text, refuse_other_kind
 
-__all__ = ["CHECK_SCHEMA", "CheckFileError", "read_check_result"]
+__all__ = ["CHECK_SCHEMA", "CheckFileError", "read_check_result", "report_dict"]
 
 CHECK_SCHEMA = "eopt.check/1"
+
+
+def report_dict(r: Any) -> dict[str, Any]:
+    """A deviation test's JSON (:class:`eopt.calculus.deviation.DeviationReport`):
+    ``passed``, and per quantity its difference, threshold, p-value, smallest detectable
+    deviation and spread."""
+    out: dict[str, Any] = {"passed": r.passed}
+    for q in (r.energy, r.time):
+        if q is None:
+            continue
+        out[q.quantity] = {
+            "difference": q.difference,
+            "relative": q.relative,
+            "threshold": q.threshold,
+            "p_value": q.p_value,
+            "min_detectable": q.min_detectable,
+            "spread": q.spread,
+        }
+    return out
 
 
 class CheckFileError(FileFormatError):

@@ -52,7 +52,7 @@ from eopt.calculus.operators import COV_KEY
 from eopt.calculus.schedule import Placement
 from eopt.calculus.sensitivity import prediction_error, signature_key
 from eopt.calculus.uncertainty import DEFAULT_CONFIDENCE, BiasBound
-from eopt.check.result_file import CHECK_SCHEMA
+from eopt.check.result_file import CHECK_SCHEMA, report_dict
 from eopt.check.runner import Job, RunSet, ScheduleRunner
 from eopt.model.context import Context, EntryContext, RuntimeContext
 from eopt.model.signature import Signature
@@ -201,16 +201,16 @@ class CheckResult:
                 "std_time_s": float(self.measured.time_s.std(ddof=1)),
                 "runs": self.measured.runs,
             },
-            "test": _report_dict(self.initial),
-            "confirmation": None if self.confirmation is None else _report_dict(self.confirmation),
+            "test": report_dict(self.initial),
+            "confirmation": None if self.confirmation is None else report_dict(self.confirmation),
             "found": [f.to_dict() for f in self.found],
             "refined": None
             if self.refined is None or self.refined_prediction is None
-            else {**_prediction_dict(self.refined_prediction), "test": _report_dict(self.refined)},
+            else {**_prediction_dict(self.refined_prediction), "test": report_dict(self.refined)},
             "refined_covers": self.refined_covers,
             "refined_interval": None
             if self.refined_interval is None
-            else _report_dict(self.refined_interval),
+            else report_dict(self.refined_interval),
             "rounds": self.rounds,
             "graph": self.graph.to_dict(),
             "log": list(self.log),
@@ -228,22 +228,6 @@ def _prediction_dict(p: Prediction) -> dict[str, Any]:
         "term": p.signature.term,
         "notes": list(p.notes),
     }
-
-
-def _report_dict(r: DeviationReport) -> dict[str, Any]:
-    out: dict[str, Any] = {"passed": r.passed}
-    for q in (r.energy, r.time):
-        if q is None:
-            continue
-        out[q.quantity] = {
-            "difference": q.difference,
-            "relative": q.relative,
-            "threshold": q.threshold,
-            "p_value": q.p_value,
-            "min_detectable": q.min_detectable,
-            "spread": q.spread,
-        }
-    return out
 
 
 # ---------------------------------------------------------------------------- prediction
@@ -393,7 +377,6 @@ class _Session:
         self.origin = min(p.start for p in self.placements)
         self.library = list(library)
         self.added: list[Signature] = []
-        self.given_graph = graph  # what the user's graph already characterizes
         self.graph = graph  # grows with every finding
         self.runner = runner
         self.runs = runs
@@ -415,6 +398,49 @@ class _Session:
         # in this schedule, each element of a cross-device co-run cluster at the values
         # it ran with (used when the whole cluster is composed).
         self.cluster_values: dict[int, tuple[Signature, frozenset[int]]] = {}
+        # A given graph's edges enter the same tables, so their values are timed as the
+        # runner runs them (a longer co-run delays what follows); only edges whose
+        # values the library lacks are left to the composition's own lookup.
+        self.given_graph = self._seed(graph)
+
+    def _seed(self, graph: InteractionGraph) -> InteractionGraph:
+        """Enter ``graph``'s characterized values into the session's tables; returns the
+        edges whose values the library does not hold."""
+        named: dict[str, list[Signature]] = {}
+        for sig in self.library:
+            named.setdefault(sig.name, []).append(sig)
+
+        def held(name: str, kind: str) -> Signature | None:
+            found = [s for s in named.get(name, []) if s.context is not None]
+            found = [s for s in found if getattr(s.context, kind, None) is not None] or found
+            return found[0] if found else (named.get(name) or [None])[0]
+
+        left_entry: list[EntryEdge] = []
+        for edge in graph.entry:
+            sig = held(edge.signature, "entry")
+            if sig is None or sig.context is None:
+                left_entry.append(edge)
+                continue
+            self.entry_values[(edge.source, edge.target)] = sig
+        left_runtime: list[RuntimeEdge] = []
+        for edge in graph.runtime:
+            if edge.signature:
+                comp = held(edge.signature, "runtime")
+                if comp is None:
+                    left_runtime.append(edge)
+                    continue
+                self.pair_values += [(edge.pair, off, comp) for off in edge.offsets_s]
+                continue
+            values = {n: held(h, "runtime") for n, h in edge.signatures.items()}
+            if any(v is None or v.context is None for v in values.values()):
+                left_runtime.append(edge)
+                continue
+            for name, sig in values.items():
+                partner = edge.pair[1] if name == edge.pair[0] else edge.pair[0]
+                self.corun_values += [(name, partner, off, sig) for off in edge.offsets_s]  # type: ignore[misc]
+        return InteractionGraph(
+            entry=tuple(left_entry), runtime=tuple(left_runtime), nodes=graph.nodes
+        )
 
     def say(self, line: str) -> None:
         self.log.append(line)

@@ -96,13 +96,139 @@ def _default_kernel(name: str, signature: Any) -> Any:
     return None
 
 
+def _check_measured(
+    schedule_file: Path,
+    run_file: Path,
+    library_files: tuple[Path, ...],
+    confidence: float,
+    output: Path | None,
+    as_json: bool,
+) -> None:
+    """``eopt check SCHEDULE --measured RUN.json``: the recorded run against the schedule."""
+    from eopt.check.measured import MeasuredRunError, check_measured, read_recorded_calls
+    from eopt.model.library import LibraryError, read_library
+    from eopt.model.schedule import ScheduleError, read_schedule
+
+    try:
+        schedule = read_schedule(schedule_file)
+        calls = read_recorded_calls(run_file)
+        paths = list(library_files) or _plan_libraries(schedule)
+        library = [sig for path in paths for sig in read_library(path)]
+    except (ScheduleError, MeasuredRunError, LibraryError) as exc:
+        raise UserError(str(exc)) from None
+    try:
+        result = check_measured(schedule, calls, library, confidence=confidence)
+    except ValueError as exc:
+        raise UserError(f"{run_file}: {exc}") from None
+    data = result.to_dict(str(schedule_file), str(run_file))
+    if output is not None:
+        write_json(output, data)
+    if as_json:
+        write_json("-", data)
+        return
+    _print_measured(result)
+
+
+def _plan_libraries(schedule: Any) -> list[Path]:
+    """The libraries of the plan a schedule was solved from, where that plan is at hand."""
+    from eopt.model.planfile import PlanError, read_plan
+
+    if not schedule.plan or not Path(schedule.plan).is_file():
+        return []
+    try:
+        plan = read_plan(schedule.plan)
+    except PlanError:
+        return []
+    return [p for p in plan.library_paths() if p.is_file()]
+
+
+def _print_measured(result: Any) -> None:
+    from eopt.model.confidence import c_alpha
+
+    c = c_alpha(result.total.confidence)  # intervals at each test's level
+    console.print(
+        f"{len(result.elements)} element(s) recorded over {result.iterations} iteration(s); "
+        f"{result.tests} tests together at {result.confidence:.0%} (each at "
+        f"{result.total.confidence:.4g})"
+    )
+    low = result.predicted_energy_j - c * result.std_energy_j
+    high = result.predicted_energy_j + c * result.std_energy_j
+    console.print(
+        f"predicted {result.predicted_energy_j:.6g} J [{low:.6g}, {high:.6g}] for the recorded "
+        f"elements, measured {result.measured_energy_j:.6g} J per iteration"
+    )
+    console.print(escape(str(result.total)))
+    table = Table(title="elements", show_lines=False)
+    for col in ("element", "calls", "predicted J", "interval J", "measured J", "verdict"):
+        table.add_column(col)
+    for e in result.elements:
+        q = e.report.energy
+        table.add_row(
+            escape(e.element.name),
+            str(len(e.calls)),
+            f"{q.predicted.mean:.6g}",
+            f"[{q.predicted.mean - c * e.std_energy_j:.6g}, "
+            f"{q.predicted.mean + c * e.std_energy_j:.6g}]",
+            f"{q.measured.mean:.6g}",
+            "agrees" if e.report.passed else "[red]DEVIATES[/]",
+        )
+    console.print(table)
+    for line in result.notes:
+        console.print(f"note: {escape(line)}")
+    if result.unrecorded:
+        console.print(
+            f"not in the run: {len(result.unrecorded)} element(s), e.g. "
+            f"{escape(', '.join(result.unrecorded[:4]))}"
+        )
+    if result.deviation:
+        console.print("[red]deviation[/]: the run does not cost what the schedule predicts")
+    else:
+        console.print("[green]no deviation[/]: the run agrees with the schedule's prediction")
+
+
+def _solved_input(schedule_file: Path, library: list[Any]) -> Any:
+    """A schedule `eopt solve` wrote, read for the check (None for a placements file)."""
+    from eopt.calculus.schedule import PlacementsError
+    from eopt.check.schedule_input import is_solved_schedule, read_solved_for_check
+
+    if not is_solved_schedule(schedule_file):
+        return None
+    if not library:
+        raise UserError(
+            f"{schedule_file}: a schedule from `eopt solve` is checked against the signatures "
+            "it was solved with; add --library LIB.jsonl (the plan's libraries)"
+        )
+    try:
+        return read_solved_for_check(schedule_file, library)
+    except PlacementsError as exc:
+        raise UserError(str(exc)) from None
+
+
+def _schedule_model(model: str, device_model: str | None) -> str:
+    """The simulated GPU: --model when given, else the GPU the schedule was planned for."""
+    from eopt.cli.options import DEFAULT_SIM_MODEL
+    from eopt.sim.profiles import available_profiles
+
+    ctx = click.get_current_context(silent=True)
+    given = ctx is not None and ctx.get_parameter_source("model") not in (
+        click.core.ParameterSource.DEFAULT,
+        None,
+    )
+    if given or device_model is None or model != DEFAULT_SIM_MODEL:
+        return model
+    return device_model if device_model in available_profiles() else model
+
+
 def _placement_outline(path: Path) -> tuple[list[str], list[str]]:
     """(element types, devices) a placements file uses, in first-seen order: what to
     characterize and where to run, before the file is read against a library."""
     data = _read_yaml(path, "a placements file")
     items = data.get("placements") if isinstance(data, Mapping) else data
     if not isinstance(items, list):
-        raise UserError(f"{path}: expected a list of placements {{element, device, start}}")
+        raise UserError(
+            f"{path}: expected a list of placements {{element, device, start}} (directly or "
+            "under 'placements:') or a schedule written by `eopt solve` (.json)"
+        )
     placed = [i for i in items if isinstance(i, Mapping)]
     names = [str(i["element"]) for i in placed if "element" in i]
     devices = [str(i.get("device", "gpu0")) for i in placed]
@@ -199,6 +325,14 @@ def _placement_outline(path: Path) -> tuple[list[str], list[str]]:
     help="Most refinement rounds.",
 )
 @click.option(
+    "--measured",
+    "measured_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="RUN.json",
+    help="Test a recorded run (`eopt measure -o`, one region per element call) against "
+    "SCHEDULE's prediction, per element and in total, without running anything.",
+)
+@click.option(
     "-o",
     "--output",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -236,6 +370,7 @@ def command(
     seed: int,
     confidence: float,
     max_rounds: int,
+    measured_file: Path | None,
     output: Path | None,
     write_graph: Path | None,
     write_library: Path | None,
@@ -251,6 +386,11 @@ def command(
     pair (a contextual signature or a composite), write the edge into the interaction
     graph, and predict again.
 
+    SCHEDULE is a placements file or a schedule `eopt solve` wrote (with the --library it
+    was solved with; every element type at each of its settings runs at that setting).
+    With --measured RUN.json nothing runs: the recorded run is tested against the
+    schedule's prediction, per element and in total.
+
     \b
     Examples:
       eopt check sched.yaml --sim --kernels kernels.yaml
@@ -258,7 +398,10 @@ def command(
       eopt check sched.yaml --sim --kernels kernels.yaml --mechanisms none --jitter 2%
       eopt check sched.yaml --library lib.jsonl --sim --mechanisms cache,contention --json
       eopt check sched.yaml --sim --kernels k.yaml --write-graph g.json -o check.json
+      eopt check sched.yaml --sim --kernels k.yaml --graph g.json --library lib.jsonl
+      eopt check schedule.json --library signatures.jsonl --sim   # from `eopt solve`
       eopt check sched.yaml --kernels real.yaml --sync torch --gpu gpu0=0   # real GPUs
+      eopt check schedule.json --measured run.json -o m.json   # a recorded run
 
     On real GPUs each element is a Python callable in --kernels
     ('gemm: {callable: mykernels.py:matmul, args: {n: 4096}}'); one thread per GPU runs
@@ -278,6 +421,19 @@ def command(
         (write_library, "--write-library"),
     ):
         check_output(path, force, option)
+    if measured_file is not None:
+        ctx = click.get_current_context()
+        clash = [
+            f"--{name.replace('_', '-')}"
+            for name in ("sim", "graph_file", "kernels_file", "write_graph", "write_library")
+            if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT
+        ]
+        if clash:
+            raise UserError(
+                f"--measured tests a recorded run without running anything: drop {clash[0]}"
+            )
+        _check_measured(schedule_file, measured_file, library_files, confidence, output, as_json)
+        return
     if jitter is not None and not sim:
         raise UserError("--jitter sets the simulated kernels' launch-time noise: add --sim")
     try:
@@ -297,12 +453,25 @@ def command(
     except (LibraryError, InteractionsError) as exc:
         raise UserError(str(exc)) from None
     by_name = {s.name: s for s in library if s.context is None}
-    names, devices = _placement_outline(schedule_file)
+    solved = _solved_input(schedule_file, library)
+    if solved is not None:
+        library.extend(solved.signatures.values())
+        by_name.update(solved.signatures)
+        names, devices = list(solved.signatures), list(solved.devices)
+        model = _schedule_model(model, solved.device_model)
+        if solved.setting_changes and not as_json:
+            console.print(
+                f"note: {solved.setting_changes} setting change(s) of the schedule are not "
+                "run as elements: the GPUs change their settings themselves"
+            )
+    else:
+        names, devices = _placement_outline(schedule_file)
     guard: Any = contextlib.nullcontext()
     if sim:
         runner: Any = _sim_runner(
             schedule_file, kernels_file, names, by_name, devices, model, mechanisms,
             power_limit_w, power_budget_w, jitter_fraction,
+            kinds=solved.kinds if solved is not None else None,
         )  # fmt: skip
     else:
         runner, opened = _device_runner(
@@ -326,14 +495,17 @@ def command(
                 )
                 library.append(sig)
                 by_name[name] = sig
-        try:
-            placed = read_placements(schedule_file, library)
-        except PlacementsError as exc:
-            raise UserError(str(exc)) from None
+        if solved is not None:
+            placements = list(solved.placements)
+        else:
+            try:
+                placements = list(read_placements(schedule_file, library).placements)
+            except PlacementsError as exc:
+                raise UserError(str(exc)) from None
         progress = None if as_json else (lambda line: console.print(f"  {escape(line)}"))
         try:
             result = check_schedule(
-                list(placed.placements),
+                placements,
                 library,
                 runner,
                 graph=graph,
@@ -349,6 +521,7 @@ def command(
     if sim:
         data["mechanisms"] = list(runner.mechanisms.enabled())
         data["jitter"] = runner.jitter
+        data["model"] = runner.model
     data["schedule"] = str(schedule_file)
     if output is not None:
         write_json(output, data)
@@ -376,20 +549,32 @@ def _sim_runner(
     power_limit_w: float | None,
     power_budget_w: float | None,
     jitter: float | None = None,
+    kinds: Mapping[str, str] | None = None,
 ) -> Any:
-    """The simulator's runner: each element a simulated kernel."""
+    """The simulator's runner: each element a simulated kernel.
+
+    ``kinds`` maps a solved schedule's check elements to their element types: a type's
+    kernel (from --kernels or its library entry) runs at the element's own SM clock.
+    """
+    from dataclasses import replace
+
     from eopt.check.runner import SimRunner
 
-    kernels = read_kernel_map(kernels_file) if kernels_file is not None else {}
+    given = read_kernel_map(kernels_file) if kernels_file is not None else {}
+    kernels = dict(given)
     for name in names:
-        if name not in kernels:
-            spec = _default_kernel(name, by_name.get(name))
-            if spec is None:
-                raise UserError(
-                    f"{schedule_file}: element {name!r} has no simulated kernel; map it in "
-                    f"--kernels (e.g. '{name}: {{kernel: gemm}}')"
-                )
-            kernels[name] = spec
+        kind = (kinds or {}).get(name, name)
+        spec = given.get(name) or given.get(kind)
+        sig = by_name.get(name)
+        if spec is None:
+            spec = _default_kernel(kind, sig)
+        if spec is None:
+            raise UserError(
+                f"{schedule_file}: element {kind!r} has no simulated kernel; map it in "
+                f"--kernels (e.g. '{kind}: {{kernel: gemm}}')"
+            )
+        clock = sig.op_point.sm_clock_mhz if kinds and sig is not None else None
+        kernels[name] = replace(spec, sm_clock_mhz=clock) if clock is not None else spec
     try:
         return SimRunner(
             kernels,

@@ -21,7 +21,7 @@ from eopt.cli.options import force_option, json_option, quiet_option
 from eopt.model.library import Library, write_library
 from eopt.model.planfile import write_plan
 from eopt.model.units import format_power
-from eopt.plan.perseus import read_perseus_profile
+from eopt.plan.perseus import profile_device_model, read_perseus_profile
 from eopt.plan.pipeline import (
     MAX_ELEMENTS,
     MAX_MICROBATCHES,
@@ -29,6 +29,7 @@ from eopt.plan.pipeline import (
     SCHEDULES,
     check_size,
     default_type,
+    library_device_model,
     pipeline_plan,
 )
 
@@ -162,10 +163,12 @@ def pipeline(
     if profile is not None:
         sigs = read_perseus_profile(profile, idle_power)
         source = f"profile {profile}"
+        device_model = profile_device_model(profile)
     else:
         assert library is not None
         sigs = Library.load(library).signatures
         source = f"library {library}"
+        device_model = library_device_model(sigs)
     names = {s.name for s in sigs}
 
     def type_of(stage: int, kind: str) -> str:
@@ -218,6 +221,7 @@ def pipeline(
         type_of=type_of,
         gpus=gpus,
         name=output.stem,
+        device_model=device_model,
     )
     write_plan(output, plan)
     if as_json:
@@ -231,6 +235,7 @@ def pipeline(
                 "microbatches": microbatches,
                 "elements": len(plan.elements),
                 "idle_power_w": idle_power,
+                "device_model": device_model,
             },
         )
         return

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.markup import escape
 
 from eopt.cli._common import UserError, check_output, console
-from eopt.cli.options import force_option, quiet_option
+from eopt.cli.options import csv_options, force_option, quiet_option, recording_options
 from eopt.cli.trace import is_recording
 
 __all__ = ["command"]
@@ -67,6 +68,7 @@ __all__ = ["command"]
     type=click.Path(dir_okay=False),
     help="HTML file to write.",
 )
+@csv_options
 @force_option()
 @quiet_option()
 def command(
@@ -79,6 +81,7 @@ def command(
     title: str,
     output: str,
     force: bool,
+    **csv: Any,
 ) -> None:
     """Write a standalone HTML report (inline CSS and SVG; opens offline).
 
@@ -88,6 +91,7 @@ def command(
       eopt report --library gemm.jsonl -o gemm.html
       eopt report --measurement run.json --perfetto run.trace.json -o run.html
       eopt report --measurement run-trace/ -o run.html
+      eopt report --measurement power.csv --events events.csv -o run.html
       eopt report --check check.json -o check.html
     """
     from eopt.model.library import read_library
@@ -98,6 +102,11 @@ def command(
         raise UserError(
             "nothing to report: give --schedule, --library, --frontier, --measurement "
             "and/or --check"
+        )
+    if csv.get("events_path") and not (measurement_path and is_recording(measurement_path)):
+        raise UserError(
+            f"--events {csv['events_path']}: gives a power CSV its regions; add "
+            "--measurement POWER.csv"
         )
     check = None
     if check_path:
@@ -116,7 +125,7 @@ def command(
         from eopt.report.recording import load_recording, measurement_from_attribution
 
         try:
-            recording = load_recording(measurement_path)
+            recording = load_recording(measurement_path, recording_options(**csv))
         except TraceError as exc:
             raise UserError(str(exc)) from None
         traces, att = recording

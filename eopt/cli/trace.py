@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 from rich.markup import escape
 
 from eopt.cli._common import UserError, check_output, console
-from eopt.cli.options import force_option, quiet_option
+from eopt.cli.options import csv_options, force_option, quiet_option, recording_options
 
 __all__ = ["command", "is_recording"]
 
@@ -41,10 +43,15 @@ def is_recording(path: str) -> bool:
     type=click.Path(dir_okay=False),
     help="Trace file to write.",
 )
+@csv_options
 @force_option()
 @quiet_option()
 def command(
-    schedule_path: str | None, measurement_path: str | None, output: str, force: bool
+    schedule_path: str | None,
+    measurement_path: str | None,
+    output: str,
+    force: bool,
+    **csv: Any,
 ) -> None:
     """Export a Perfetto / Chrome trace: elements per device, power as counters.
 
@@ -58,6 +65,7 @@ def command(
       eopt trace schedule.json -o trace.json
       eopt trace schedule.json --measurement run.json -o trace.json
       eopt trace run-trace/ -o run.perfetto.json
+      eopt trace power.csv --events events.csv -o run.perfetto.json
     """
     from eopt.model.schedule import read_schedule
     from eopt.model.trace import TraceError
@@ -69,10 +77,15 @@ def command(
     schedule = recording = None
     if schedule_path and is_recording(schedule_path):
         try:
-            recording = load_recording(schedule_path)
+            recording = load_recording(schedule_path, recording_options(**csv))
         except TraceError as exc:
             raise UserError(str(exc)) from None
     elif schedule_path:
+        if csv.get("events_path"):
+            raise UserError(
+                f"--events {csv['events_path']}: gives a power CSV its regions; "
+                f"{schedule_path} is not a power CSV or trace folder"
+            )
         schedule = read_schedule(schedule_path)
     measurement = read_measurement(measurement_path) if measurement_path else None
     check_output(output, force)  # after the inputs: a bad input is the first thing to hear

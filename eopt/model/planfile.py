@@ -8,6 +8,7 @@ parallel groups, an optional deadline, and the signature libraries it uses::
     name: gpt3-1f1b
     libraries: [gpt3.signatures.jsonl]     # relative to the plan file
     deadline: 3.0                          # s, optional
+    device_model: A40                      # the GPU its signatures came from, optional
     devices:
       - {name: stage0, idle_power_w: 83.64, gpu: 0}
       - {name: stage1, idle_power_w: 83.64, gpu: 1,
@@ -174,6 +175,8 @@ class Plan:
         name: A name for reports.
         source: The file the plan was read from (libraries resolve relative to it).
         meta: Free-form information (generator, parameters …).
+        device_model: The GPU model its signatures were measured on: a simulator profile
+            name (``eopt/sim/data`` without ``.yaml``, e.g. ``"A40"``); None: not recorded.
     """
 
     devices: tuple[PlanDevice, ...]
@@ -184,6 +187,7 @@ class Plan:
     name: str | None = None
     source: str | None = None
     meta: Mapping[str, Any] = field(default_factory=dict)
+    device_model: str | None = None
 
     def __post_init__(self) -> None:
         _validate(self, self.source or "<plan>")
@@ -271,6 +275,8 @@ class Plan:
             out["libraries"] = list(self.libraries)
         if self.deadline is not None:
             out["deadline"] = self.deadline
+        if self.device_model is not None:
+            out["device_model"] = self.device_model
         out["devices"] = devices
         out["elements"] = elements
         if self.groups:
@@ -288,7 +294,10 @@ class Plan:
         """
         at = Where(source, error=PlanError)
         data = mapping(data, at, what="a mapping at the top level (devices, elements)")
-        known = {"schema", "name", "libraries", "deadline", "devices", "elements", "groups", "meta"}
+        known = {
+            "schema", "name", "libraries", "deadline", "device_model", "devices", "elements",
+            "groups", "meta",
+        }  # fmt: skip
         no_unknown(data, known, at)
         schema = data.get("schema", SCHEMA)
         if schema != SCHEMA:
@@ -318,6 +327,9 @@ class Plan:
             name = string(name, at / "name", what="a plan name")
         meta = data.get("meta")
         meta = {} if meta is None else mapping(meta, at / "meta", what="a mapping")
+        device_model = data.get("device_model")
+        if device_model is not None:
+            device_model = string(device_model, at / "device_model", what="a GPU model name")
         return cls(
             devices=devices,
             elements=elements,
@@ -327,6 +339,7 @@ class Plan:
             name=name,
             source=source if source != "<plan>" else None,
             meta=dict(meta),
+            device_model=device_model,
         )
 
 

@@ -111,6 +111,8 @@ class Schedule:
         plan: Path or name of the plan it was solved from.
         confidence: Confidence of the reported interval.
         meta: Anything else (created, eopt version …).
+        device_model: The GPU model its signatures were measured on (a simulator profile
+            name such as ``"A40"``), carried from the plan; None: not recorded.
     """
 
     elements: tuple[ScheduledElement, ...]
@@ -126,6 +128,7 @@ class Schedule:
     plan: str | None = None
     confidence: float = 0.95
     meta: Mapping[str, Any] = field(default_factory=dict)
+    device_model: str | None = None
 
     # Derived ------------------------------------------------------------------------------
     @property
@@ -220,6 +223,7 @@ class Schedule:
         return {
             "schema": SCHEMA,
             "plan": self.plan,
+            **({"device_model": self.device_model} if self.device_model is not None else {}),
             "deadline": self.deadline,
             "makespan": self.makespan,
             "energy": {
@@ -325,6 +329,9 @@ class Schedule:
             plan = string(plan, at / "plan", what="the plan's path or name")
         meta = data.get("meta")
         meta = {} if meta is None else mapping(meta, at / "meta")
+        device_model = data.get("device_model")
+        if device_model is not None:
+            device_model = string(device_model, at / "device_model", what="a GPU model name")
         return cls(
             elements=elements,
             devices=devices,
@@ -339,6 +346,7 @@ class Schedule:
             plan=plan,
             confidence=confidence,
             meta=dict(meta),
+            device_model=device_model,
         )
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 
 from eopt.model.fileformats import Where, guard, read_csv, refuse_other_kind
@@ -28,10 +29,47 @@ from eopt.model.operating_point import OperatingPoint
 from eopt.model.planfile import PlanError
 from eopt.model.signature import Signature
 
-__all__ = ["COLUMNS", "ProfileError", "read_perseus_profile", "stage_count"]
+__all__ = [
+    "COLUMNS",
+    "ProfileError",
+    "profile_device_model",
+    "read_perseus_profile",
+    "stage_count",
+]
 
 COLUMNS = ("stage", "instruction", "frequency", "time", "energy")
 INSTRUCTIONS = ("forward", "backward")
+
+
+# Perseus names its profiles <model>+<gpu>_<dtype>.csv (gpt3-175b+a40_bf16.csv); the GPUs
+# it profiled are these simulator profiles (its A100s are the SXM4 80 GB part).
+_PERSEUS_GPUS = {"a40": "A40", "a100": "A100-SXM4-80GB"}
+
+
+def profile_device_model(path: str | os.PathLike[str]) -> str | None:
+    """The GPU model a profile was measured on, from its file name.
+
+    Args:
+        path: The profile CSV, e.g. ``gpt3-175b+a40_bf16.csv``.
+
+    Returns:
+        A simulator profile name (``eopt/sim/data`` without ``.yaml``, e.g. ``"A40"``), or
+        None when the name says no GPU eopt knows.
+
+    Example:
+        >>> profile_device_model("gpt3-175b+a40_bf16.csv")
+        'A40'
+    """
+    from eopt.sim.profiles import available_profiles
+
+    stem = Path(path).stem.lower()
+    named = [m for m in available_profiles() if m.lower() in stem]
+    if named:
+        return max(named, key=len)  # "A100-SXM4-80GB" over a shorter name inside it
+    for token in re.split(r"[+_\-.\s]", stem):
+        if token in _PERSEUS_GPUS:
+            return _PERSEUS_GPUS[token]
+    return None
 
 
 class ProfileError(PlanError):

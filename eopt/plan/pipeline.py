@@ -14,10 +14,11 @@ GPipe order: all M forwards, then all M backwards, both in microbatch order.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
 from eopt.model.planfile import Plan, PlanDevice, PlanElement, PlanError
+from eopt.model.signature import Signature
 
 __all__ = [
     "MAX_ELEMENTS",
@@ -27,6 +28,7 @@ __all__ = [
     "Step",
     "check_size",
     "gpipe_order",
+    "library_device_model",
     "one_f_one_b_order",
     "pipeline_plan",
     "stage_order",
@@ -178,6 +180,19 @@ def default_type(stage: int, kind: str) -> str:
     return f"stage{stage}.{kind}"
 
 
+def library_device_model(signatures: Iterable[Signature]) -> str | None:
+    """The GPU model every signature was measured on (its ``meta.device_model``).
+
+    Returns:
+        The model's name, or None when the signatures do not say or disagree.
+    """
+    models = {s.meta.get("device_model") for s in signatures}
+    if len(models) == 1:
+        (model,) = models
+        return model if isinstance(model, str) and model else None
+    return None
+
+
 def pipeline_plan(
     stages: int,
     microbatches: int,
@@ -188,6 +203,7 @@ def pipeline_plan(
     type_of: Callable[[int, str], str] = default_type,
     gpus: Sequence[int] | None = None,
     name: str | None = None,
+    device_model: str | None = None,
 ) -> Plan:
     """A training iteration of a synchronous pipeline as a plan.
 
@@ -202,6 +218,8 @@ def pipeline_plan(
         type_of: Element type of (stage, kind); default ``stage{s}.{kind}``.
         gpus: Physical GPU index per stage, when known.
         name: Plan name.
+        device_model: The GPU model the signatures were measured on (a simulator
+            profile name such as ``"A40"``); None: not recorded.
 
     Returns:
         The plan, with precedence as in the module docstring.
@@ -260,4 +278,5 @@ def pipeline_plan(
             "stages": stages,
             "microbatches": microbatches,
         },
+        device_model=device_model,
     )

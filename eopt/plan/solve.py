@@ -8,7 +8,7 @@ problem (:mod:`eopt.plan.problem`) and a solution back to an ``eopt.schedule/1``
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING, Any
 from eopt.model.library import Library
 from eopt.model.planfile import Plan, PlanError
 from eopt.model.schedule import Schedule, ScheduledElement
+from eopt.model.signature import Signature
 from eopt.model.units import format_percent
 from eopt.plan.budget import SolveTimeLimitError, TimeBudget
+from eopt.plan.pipeline import library_device_model
 from eopt.plan.problem import PlanProblem, build_problem
 
 if TYPE_CHECKING:
@@ -394,14 +396,10 @@ def _cheaper(sol: Any, other: Any) -> Any:
     )
 
 
-def schedule_from_solution(pp: PlanProblem, sol: Any, base: Baseline | None = None) -> Schedule:
-    """The :class:`Schedule` of a ``solvers.Solution`` of ``pp``.
-
-    Each element gets its own chosen cell (duration, s·T + d, κ, ω) and its task's start:
-    the members of a group co-start. The schedule's energy is the solution's (tasks, a
-    group priced as ``par`` of its members, + idle over the makespan + transitions), which
-    is the calculus' ``compose_schedule`` of the placed cells.
-    """
+def _placed_cells(
+    pp: PlanProblem, sol: Any
+) -> tuple[Mapping[str, Signature], list[ScheduledElement]]:
+    """Each plan element's chosen cell and its placement (the task's start) in ``sol``."""
     elements = []
     chosen = pp.element_signatures(sol.modes)
     for elem in pp.plan.elements:
@@ -421,13 +419,26 @@ def schedule_from_solution(pp: PlanProblem, sol: Any, base: Baseline | None = No
                 var_energy=sig.var_energy,
             )
         )
+    return chosen, elements
+
+
+def schedule_from_solution(pp: PlanProblem, sol: Any, base: Baseline | None = None) -> Schedule:
+    """The :class:`Schedule` of a ``solvers.Solution`` of ``pp``.
+
+    Each element gets its own chosen cell (duration, s·T + d, κ, ω) and its task's start:
+    the members of a group co-start. The schedule's energy is the solution's (tasks, a
+    group priced as ``par`` of its members, + idle over the makespan + transitions), which
+    is the calculus' ``compose_schedule`` of the placed cells.
+    """
+    chosen, elements = _placed_cells(pp, sol)
     lower = _finite(sol.lower_bound)
     return Schedule(
         elements=tuple(elements),
         devices=tuple(pp.plan.devices),  # a schedule's device is its plan's (PlanDevice)
         makespan=float(sol.makespan),
         energy=float(sol.energy),
-        energy_std=math.sqrt(max(0.0, float(sol.var_energy))),
+        energy_std=schedule_energy_std(pp, chosen, elements, float(sol.var_energy)),
+        device_model=pp.plan.device_model or library_device_model(chosen.values()),
         deadline=sol.deadline,
         lower_bound=lower,
         gap=_finite(sol.gap),
@@ -449,6 +460,34 @@ def schedule_from_solution(pp: PlanProblem, sol: Any, base: Baseline | None = No
             **({"groups": [list(g) for g in pp.plan.groups]} if pp.plan.groups else {}),
         },
     )
+
+
+def schedule_energy_std(
+    pp: PlanProblem,
+    chosen: Mapping[str, Signature],
+    elements: Sequence[ScheduledElement],
+    var_sum_j2: float,
+) -> float:
+    """σ of one run's energy, in J, under the uncertainty model every prediction uses.
+
+    The placed cells are composed as ``eopt compose`` composes them
+    (:func:`eopt.calculus.schedule.compose_schedule`): idle gaps and tails inherit the
+    elements' time noise, so the makespan's spread is priced at the idle draw, which a
+    plain sum of the elements' variances (``var_sum_j2``, J²) leaves out. Elements that
+    co-run on one device at different static powers cannot be composed; the sum is the
+    answer there.
+    """
+    from eopt.calculus.operators import CompositionError
+    from eopt.calculus.schedule import Placement, compose_schedule
+
+    placements = [Placement(chosen[e.name].on(e.device), e.device, e.start) for e in elements]
+    if not placements:
+        return 0.0
+    try:
+        composed = compose_schedule(placements, idle_power=pp.plan.idle_power())
+    except (CompositionError, ValueError):
+        return math.sqrt(max(0.0, var_sum_j2))
+    return float(composed.std_energy)
 
 
 def _first_of(pp: PlanProblem, type_name: str) -> str:
@@ -534,7 +573,7 @@ def plan_frontier(
             gap=_finite(s.gap),
             status=str(s.status),
             solution=s,
-            energy_std=math.sqrt(max(0.0, float(s.var_energy))),
+            energy_std=schedule_energy_std(pp, *_placed_cells(pp, s), float(s.var_energy)),
         )
         for s in sols
     ]

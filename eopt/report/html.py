@@ -29,6 +29,7 @@ from eopt.report.charts import (
 )
 from eopt.report.check_verdict import refined_verdict
 from eopt.report.inputs import FrontierRow, Measurement
+from eopt.report.measured_check import is_measured_check, measured_check_section
 from eopt.report.page import card, cards, html_page
 from eopt.report.region_bands import region_bands
 from eopt.report.svg import NO_VARIANCE, esc, fmt_interval, fmt_num, fmt_share
@@ -107,6 +108,8 @@ def _check(data: Mapping[str, Any]) -> str:
     A refinement gets two answers, both shown (see :mod:`eopt.report.check_verdict`):
     whether the means now agree, and whether the one-run interval covers the measurement.
     """
+    if is_measured_check(data):
+        return measured_check_section(data)
     pred, meas = data.get("predicted", {}), data.get("measured", {})
     out = ["<h2>Prediction check</h2>"]
     deviates = bool(data.get("deviation"))

@@ -319,8 +319,9 @@ def measurement_from_dict(data: Any, source: str = "<measurement>") -> Measureme
     samples_raw = data.get("samples", data.get("power_trace", data.get("power", [])))
     samples = _samples(samples_raw, at / "samples", duration)
     calls: list[tuple[str, float, float]] = []
-    for key in ("events", "region_events"):
-        if data.get(key) is not None:
+    # ``calls``: what `eopt attribute --calls -o` lists (an eopt.attribution/1 file).
+    for key in ("events", "region_events", "calls"):
+        if isinstance(data.get(key), list):
             calls += _check_events(data[key], at / key, duration)
     device = data.get("device", "")
     if isinstance(device, Mapping):

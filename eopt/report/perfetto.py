@@ -194,7 +194,8 @@ def _measurement_events(m: Measurement, pid: int) -> list[dict[str, Any]]:
         events.append(
             {"ph": "C", "name": "power (W)", "pid": pid, "ts": t * _US, "args": {"W": watts}}
         )
-    timed = m.meta.get("events") or m.meta.get("region_events") or []
+    # ``calls``: an attribution's call list (`eopt attribute --calls -o`).
+    timed = m.meta.get("events") or m.meta.get("region_events") or m.meta.get("calls") or []
     if isinstance(timed, list):
         for item in timed:
             if not isinstance(item, Mapping):

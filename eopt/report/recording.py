@@ -15,7 +15,7 @@ from typing import Any
 
 from eopt.attribute.engine import Attribution, attribute_all
 from eopt.model.trace import Trace
-from eopt.model.trace_io import read_traces
+from eopt.model.trace_io import PowerCsvOptions, read_traces
 from eopt.report.inputs import Measurement, Region
 
 __all__ = ["load_recording", "measurement_from_attribution", "recording_trace_events"]
@@ -23,13 +23,20 @@ __all__ = ["load_recording", "measurement_from_attribution", "recording_trace_ev
 _US = 1e6
 
 
-def load_recording(path: str | os.PathLike[str]) -> tuple[list[Trace], Attribution]:
+def load_recording(
+    path: str | os.PathLike[str], options: PowerCsvOptions | None = None
+) -> tuple[list[Trace], Attribution]:
     """Read every trace at ``path`` and attribute it (summed over MPI ranks).
+
+    Args:
+        path: A trace folder, a connector run, or a power CSV.
+        options: How to read another tool's power CSV (columns, units, its events
+            file), as ``eopt attribute`` reads it; None: found automatically.
 
     Raises:
         eopt.model.trace.TraceError: naming the file and line.
     """
-    traces = read_traces(path)
+    traces = read_traces(path, options) if options is not None else read_traces(path)
     return traces, attribute_all(traces, source=str(path))
 
 
