@@ -6,6 +6,13 @@ The names most users need are importable from here::
     a = eopt.Signature("gemm", static_power=60.0, time=2e-3, dynamic_energy=0.4)
     b = eopt.Signature("allreduce", static_power=60.0, time=1e-3, dynamic_energy=0.05)
     print(eopt.par(a, b).energy)
+
+Mark the elements of a program once, for every mode (``eopt measure``, ``eopt profile``,
+``eopt apply``; nothing at all outside eopt)::
+
+    with eopt.element("F[s0,m0]", kind="stage0.forward"):
+        forward()
+    eopt.step()
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ if TYPE_CHECKING:
     from eopt.calculus.frontier import Frontier
     from eopt.calculus.operators import idle, par, par_multi, seq
     from eopt.calculus.schedule import compose_schedule
+    from eopt.measure.element import begin_element, element, end_element, step
     from eopt.model.library import Library, read_library, write_library
     from eopt.model.operating_point import OperatingPoint
     from eopt.model.signature import Signature
@@ -38,6 +46,10 @@ _LAZY = {
     "read_library": "eopt.model.library",
     "write_library": "eopt.model.library",
     "Frontier": "eopt.calculus.frontier",
+    "element": "eopt.measure.element",
+    "begin_element": "eopt.measure.element",
+    "end_element": "eopt.measure.element",
+    "step": "eopt.measure.element",
 }
 
 __all__ = [
@@ -46,12 +58,16 @@ __all__ = [
     "OperatingPoint",
     "Signature",
     "__version__",
+    "begin_element",
     "compose_schedule",
+    "element",
+    "end_element",
     "idle",
     "par",
     "par_multi",
     "read_library",
     "seq",
+    "step",
     "write_library",
 ]
 

@@ -178,7 +178,9 @@ def run_demo(
     # 1. Characterize on one simulated GPU ---------------------------------------------
     (gpu,) = open_devices(backend="sim", indices=[0], sim_model=sim_model, seed=seed)
     grid = demo_clocks(gpu.supported_sm_clocks_mhz(), clocks)
-    signatures, idle_power_w = _characterize(gpu, grid, stages, seed, files["sweep"], report)
+    signatures, idle_power_w = _characterize(
+        gpu, sim_model, grid, stages, seed, files["sweep"], report
+    )
     write_library(files["library"], signatures)
 
     # 2. Plan --------------------------------------------------------------------------
@@ -253,12 +255,23 @@ def run_demo(
 
 
 def _characterize(
-    gpu: Any, grid: Sequence[float], stages: int, seed: int, sweep_path: Path, report: Progress
+    gpu: Any,
+    sim_model: str,
+    grid: Sequence[float],
+    stages: int,
+    seed: int,
+    sweep_path: Path,
+    report: Progress,
 ) -> tuple[list[Signature], float]:
     """Sweep every (kernel, κ, ω) cell with ``eopt.runs.sweep``; returns the library (named
-    after the plan's element types) and the idle power s̄ (W)."""
+    after the plan's element types) and the idle power s̄ (W).
+
+    Each cell is measured on a fresh simulated GPU seeded for that cell, as `eopt sweep`
+    does: a cell's numbers do not depend on how warm the cells before it left the chip.
+    """
     from eopt.measure.meter import Meter
     from eopt.runs.repeat import RepeatPolicy, measure_static_power
+    from eopt.runs.gpus import GpuSpec
     from eopt.runs.sweep import Grid, parse_kernel, sweep
 
     # Short windows keep the demo fast: the simulated GPU has an energy counter (mJ), so
@@ -294,7 +307,8 @@ def _characterize(
         ) -> None:
             report("sweep", base + done, total)
 
-        result = sweep(kernel, cells, gpu, sweep_path, policy=policy, progress=progress)
+        spec = GpuSpec("sim", gpu.index, sim_model, seed)
+        result = sweep(kernel, cells, spec, sweep_path, policy=policy, progress=progress)
         measured.extend(result.signatures)
         done_before += len(cells)
     # s̄: the ready GPU's draw at its default setting (the sweep restored it) while a

@@ -89,9 +89,9 @@ class ApplyPlan:
                 else ", ".join(f"gpu{p.gpu}" for p in self.dynamic) + " switch"
             )
             why.append(
-                f"{who} settings per element (drive that from the training loop with "
-                "eopt.apply.RuntimeController, see docs/pytorch.md; or solve with --static "
-                "for one setting per GPU)"
+                f"{who} settings per element (mark the program's elements with "
+                "eopt.element and run `eopt apply SCHEDULE --elements -- CMD`, see "
+                "docs/pytorch.md; or solve with --static for one setting per GPU)"
             )
         if self.unchanged:
             names = ", ".join(f"gpu{p.gpu}" for p in self.unchanged)
@@ -142,9 +142,11 @@ class ApplyPlan:
             else:
                 labels = ", ".join(p.label() for p in plan.settings)
                 out.append(
-                    f"{head}: {len(plan.settings)} settings ({labels}): needs the runtime "
-                    "controller (eopt.apply.RuntimeController, see docs/pytorch.md); "
-                    "`eopt apply` leaves this GPU unchanged"
+                    f"{head}: {len(plan.settings)} settings ({labels}): the runtime "
+                    "controller switches them per element under `eopt apply SCHEDULE "
+                    "--elements -- CMD` (a program marked with "
+                    "eopt.element, see docs/pytorch.md); without a command `eopt apply` "
+                    "leaves this GPU unchanged"
                 )
                 for point, users in zip(plan.settings, plan.users, strict=True):
                     noun = "element" if len(users) == 1 else "elements"

@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("eopt.cli.sweep", "Measure a kernel over implementations × operating points."),
     "library": ("eopt.cli.library", "Join signature libraries: the shards of one sweep."),
     "measure": ("eopt.cli.measure", "Measure the energy of one command and its regions."),
+    "profile": ("eopt.cli.profile", "Characterize a marked program's elements in place."),
     "attribute": ("eopt.cli.attribute", "Charge a recorded trace's energy to regions and kernels."),
     "kokkos": ("eopt.cli.kokkos", "Build or attach eopt's Kokkos Tools connector."),
     "compare": ("eopt.cli.compare", "Does variant B really cost less than A over repeated runs?"),

@@ -256,8 +256,9 @@ def command(
     """Measure the GPU energy of one command, and of the regions it reports.
 
     The command runs with EOPT_REGIONS_FILE set; a Python program reports regions with
-    `from eopt.measure import regions` and `with regions.region("forward"): …` (or any
-    program appends eopt.region/1 JSON lines to that file). The GPU is only watched,
+    `with eopt.element("F[s0,m0]", kind="stage0.forward"): …` (or `with
+    regions.region("forward"): …`, the same marker; any program may append eopt.region/1
+    JSON lines to that file). Each region keeps its element kind. The GPU is only watched,
     never changed. Energy is whole-board, charged by `eopt attribute`'s rule: regions
     that overlap in time without nesting (threads, processes) share the overlap equally.
 

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from eopt.devices.base import Device, WallClock
 from eopt.measure.meter import Meter, MeterMethod
@@ -39,6 +39,7 @@ __all__ = [
     "measure_command",
     "measure_regions",
     "require_wall_clock",
+    "run_child",
 ]
 
 
@@ -146,6 +147,34 @@ def require_wall_clock(device: Device, what: str) -> None:
         )
 
 
+def run_child(
+    command: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    cwd: str | os.PathLike[str] | None = None,
+    stdout: IO[Any] | None = None,
+) -> subprocess.CompletedProcess[bytes]:
+    """Run ``command`` to its end, its standard output sent to ``stdout``.
+
+    A stream without a file descriptor (a test runner's capture) gets the output once the
+    command has ended; None leaves the output on this process's stdout.
+
+    Raises:
+        FileNotFoundError, PermissionError: as :func:`subprocess.run`.
+    """
+    try:
+        fd: IO[Any] | int | None = stdout
+        if stdout is not None:
+            stdout.flush()
+            stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        fd = subprocess.PIPE
+    proc = subprocess.run(list(command), env=dict(env), cwd=cwd, check=False, stdout=fd)
+    if fd is subprocess.PIPE and stdout is not None:
+        stdout.write(proc.stdout.decode("utf-8", "replace"))
+    return proc
+
+
 def measure_command(
     command: Sequence[str],
     device: Device,
@@ -154,6 +183,7 @@ def measure_command(
     env: Mapping[str, str] | None = None,
     cwd: str | os.PathLike[str] | None = None,
     regions_file: str | os.PathLike[str] | None = None,
+    stdout: IO[Any] | None = None,
 ) -> CommandMeasurement:
     """Run ``command`` and measure the device's energy during it, per region.
 
@@ -164,6 +194,8 @@ def measure_command(
         env: Extra environment variables for the child.
         cwd: The child's working directory.
         regions_file: Where the child appends its regions (a temporary file by default).
+        stdout: Where the child's standard output goes (None: this process's; a
+            ``--json`` caller passes ``sys.stderr``, so its stdout carries JSON only).
 
     Raises:
         MeasureError: on a simulated device, an empty command, or one that cannot start.
@@ -182,7 +214,7 @@ def measure_command(
             # other recordings (perf_counter has no fixed origin).
             start_unix_ns = time.time_ns() - round((time.perf_counter() - start) * 1e9)
             try:
-                proc = subprocess.run(list(command), env=child_env, cwd=cwd, check=False)
+                proc = run_child(command, child_env, cwd=cwd, stdout=stdout)
             except FileNotFoundError:
                 raise MeasureError(f"command not found: {command[0]!r}") from None
             except PermissionError:

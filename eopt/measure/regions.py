@@ -31,6 +31,12 @@ calls running then that have no running child, so nested regions are charged onc
 regions that overlap without nesting (two threads, two processes) share the overlap;
 the regions' exclusive energies plus the energy outside every region are the total.
 
+**One marker.** :func:`region` is :func:`eopt.element` (:mod:`eopt.measure.element`) with
+one difference: where nothing measures the program it still records in memory (below),
+while an element does nothing. Under ``eopt measure`` both record here, through
+:class:`RecorderHook`; an element's ``kind`` is kept on its line (``"kind"``, written
+when it differs from the name).
+
 **Outside** ``eopt measure`` (no ``$EOPT_REGIONS_FILE``) and outside
 :func:`eopt.measure.command.measure_regions`, nobody charges regions any energy: they are
 only kept in memory on :func:`default_recorder`. The first such region warns once per
@@ -53,12 +59,14 @@ from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any
 
 from eopt.devices.base import Clock, WallClock
+from eopt.measure.element import ElementHook, _Element, use_hook
 
 if TYPE_CHECKING:
     from eopt.model.trace import Trace
 
 __all__ = [
     "REGIONS_FILE_ENV",
+    "RecorderHook",
     "RegionError",
     "RegionEvent",
     "RegionRecorder",
@@ -100,6 +108,7 @@ class RegionWindow:
         end_s: End on the recorder's clock, in s.
         pid: The process that recorded it.
         tid: The thread that recorded it (its native id; 0 when unknown).
+        kind: The element type of an :func:`eopt.element` call; ``""``: the name.
     """
 
     name: str
@@ -108,6 +117,12 @@ class RegionWindow:
     end_s: float
     pid: int = 0
     tid: int = 0
+    kind: str = ""
+
+    @property
+    def element_kind(self) -> str:
+        """The element type (the name unless the call gave a kind)."""
+        return self.kind or self.name
 
     @property
     def key(self) -> str:
@@ -126,7 +141,7 @@ class RegionWindow:
 
     def to_dict(self) -> dict[str, Any]:
         """The ``eopt.region/1`` JSON line."""
-        return {
+        out: dict[str, Any] = {
             "schema": REGION_SCHEMA,
             "name": self.name,
             "path": list(self.path),
@@ -136,6 +151,9 @@ class RegionWindow:
             "tid": self.tid,
             "clock": "perf_counter",
         }
+        if self.kind and self.kind != self.name:
+            out["kind"] = self.kind
+        return out
 
 
 class _Region(contextlib.ContextDecorator):
@@ -177,7 +195,7 @@ class RegionRecorder:
         self._sink_path = Path(sink) if sink is not None else None
         self._sink: IO[str] | None = None
 
-    def _stack(self) -> list[tuple[str, float]]:
+    def _stack(self) -> list[tuple[str, float, str]]:
         stack = getattr(self._local, "stack", None)
         if stack is None:
             stack = self._local.stack = []
@@ -189,9 +207,9 @@ class RegionRecorder:
             raise RegionError(f"region name must be a non-empty string without '/', got {name!r}")
         return _Region(self, name)
 
-    def enter(self, name: str) -> None:
-        """Open region ``name`` (prefer :meth:`region`)."""
-        self._stack().append((name, self.clock.now()))
+    def enter(self, name: str, kind: str = "") -> None:
+        """Open region ``name`` (prefer :meth:`region`); ``kind``: its element type."""
+        self._stack().append((name, self.clock.now(), kind))
 
     def exit(self, name: str) -> RegionWindow:
         """Close the innermost region, which must be ``name``.
@@ -207,10 +225,10 @@ class RegionRecorder:
                 f"closing region {name!r} but the innermost open region is {open_name!r}; "
                 "regions must nest"
             )
-        path = tuple(n for n, _ in stack)
-        _, start = stack.pop()
+        path = tuple(n for n, _, _ in stack)
+        _, start, kind = stack.pop()
         # The pid of a forked child too; the thread, so threads' stacks stay apart.
-        window = RegionWindow(name, path, start, end, os.getpid(), threading.get_native_id())
+        window = RegionWindow(name, path, start, end, os.getpid(), threading.get_native_id(), kind)
         with self._lock:
             self.windows.append(window)
             if self._sink_path is not None:
@@ -276,57 +294,78 @@ def _warn_if_unmeasured(recorder: RegionRecorder, name: str) -> None:
         if recorder is not _unmeasured or _warned_unmeasured:
             return
         _warned_unmeasured = True
-    # stacklevel: this helper, _DefaultRegion.__enter__, then the user's `with` line.
-    warnings.warn(UNMEASURED_MESSAGE.format(name=name), UnmeasuredRegionWarning, stacklevel=3)
+    # stacklevel: this helper, _fallback, _DefaultRegion.__enter__, the user's `with` line.
+    warnings.warn(UNMEASURED_MESSAGE.format(name=name), UnmeasuredRegionWarning, stacklevel=4)
+
+
+class RecorderHook:
+    """The element hook that records each element call as a region.
+
+    Args:
+        recorder: Where to record; None: whichever is :func:`default_recorder` at each
+            call (``eopt measure``'s child, ``$EOPT_REGIONS_FILE``).
+    """
+
+    def __init__(self, recorder: RegionRecorder | None = None) -> None:
+        self.recorder = recorder
+
+    def _target(self) -> RegionRecorder:
+        return self.recorder if self.recorder is not None else default_recorder()
+
+    def begin(self, name: str, kind: str) -> None:
+        """Open region ``name``."""
+        self._target().enter(name, "" if kind == name else kind)
+
+    def end(self, name: str, kind: str) -> None:
+        """Close region ``name``."""
+        self._target().exit(name)
+
+    def step(self) -> None:
+        """Nothing: a region report has no iterations."""
 
 
 @contextlib.contextmanager
 def use_recorder(recorder: RegionRecorder) -> Iterator[RegionRecorder]:
-    """Make ``recorder`` the one behind :func:`region` inside the ``with`` block."""
+    """Make ``recorder`` the one behind :func:`region` and :func:`eopt.element` inside
+    the ``with`` block."""
     global _default
     with _default_lock:
         previous, _default = _default, recorder
     try:
-        yield recorder
+        with use_hook(RecorderHook(recorder)):
+            yield recorder
     finally:
         with _default_lock:
             _default = previous
 
 
-class _DefaultRegion(contextlib.ContextDecorator):
-    """A region bound to whichever recorder is the default when it is entered."""
+class _DefaultRegion(_Element):
+    """An element that, where nothing measures, records on the in-memory default
+    recorder (and warns once) instead of doing nothing."""
+
+    __slots__ = ()
 
     def __init__(self, name: str) -> None:
         if not isinstance(name, str) or not name or "/" in name:
             raise RegionError(f"region name must be a non-empty string without '/', got {name!r}")
-        self.name = name
-        self._local = threading.local()
+        super().__init__(name)
 
-    def __enter__(self) -> _DefaultRegion:
+    def _recreate_cm(self) -> _DefaultRegion:
+        return type(self)(self.name)
+
+    def _fallback(self) -> ElementHook | None:
         rec = default_recorder()
-        stack = getattr(self._local, "recorders", None)
-        if stack is None:
-            stack = self._local.recorders = []
-        stack.append(rec)
         _warn_if_unmeasured(rec, self.name)
-        rec.enter(self.name)
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._local.recorders.pop().exit(self.name)
+        return RecorderHook(rec)
 
 
 def region(name: str) -> _DefaultRegion:
     """A named region on the default recorder (context manager or decorator).
 
-    Regions are charged energy by ``eopt measure -- CMD`` (through ``$EOPT_REGIONS_FILE``)
-    or inside :func:`~eopt.measure.command.measure_regions`. Anywhere else the first region
-    warns once (:class:`UnmeasuredRegionWarning`) and regions are only kept in memory.
+    The same marker as :func:`eopt.element` (whose ``kind`` is the name). Regions are
+    charged energy by ``eopt measure -- CMD`` (through ``$EOPT_REGIONS_FILE``) or inside
+    :func:`~eopt.measure.command.measure_regions`. Anywhere else the first region warns
+    once (:class:`UnmeasuredRegionWarning`) and regions are only kept in memory.
     """
     return _DefaultRegion(name)
 
@@ -386,7 +425,10 @@ def _window_from_dict(data: Any, where: str) -> RegionWindow:
         pid, tid = int(data.get("pid", 0)), int(data.get("tid", 0))
     except (TypeError, ValueError):
         raise RegionError(f"{where}: pid and tid must be integers") from None
-    return RegionWindow(name, tuple(path), start, end, pid, tid)
+    kind = data.get("kind", "")
+    if not isinstance(kind, str):
+        raise RegionError(f"{where}: kind must be a string (the element type)")
+    return RegionWindow(name, tuple(path), start, end, pid, tid, kind)
 
 
 # Attribution ------------------------------------------------------------------------------
@@ -406,6 +448,8 @@ class RegionStats:
             bound for the whole window, also for a call that shares part of it).
         short_calls: Calls shorter than ten sensor periods (poorly resolved).
         share: energy_j / total energy of the measured span.
+        kind: The element type of its calls (:func:`eopt.element`'s ``kind``; the
+            region's name when none was given).
     """
 
     key: str
@@ -416,6 +460,7 @@ class RegionStats:
     error_j: float
     short_calls: int
     share: float
+    kind: str = ""
 
     @property
     def mean_power_w(self) -> float:
@@ -434,6 +479,7 @@ class RegionStats:
             "share": self.share,
             "error_j": self.error_j,
             "short_calls": self.short_calls,
+            "kind": self.kind or self.key.rsplit("/", 1)[-1],
         }
 
 
@@ -452,6 +498,7 @@ class RegionEvent:
         error_j: Its window's integration-error bound, in J.
         id: The call's event id in the run's trace (> 0; 0 when not attributed).
         parent_id: The enclosing call's id (0 for an outermost call).
+        kind: The call's element type (its name when none was given).
     """
 
     name: str
@@ -464,6 +511,7 @@ class RegionEvent:
     error_j: float
     id: int = 0
     parent_id: int = 0
+    kind: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready mapping (a slice in ``eopt trace --measurement``)."""
@@ -478,6 +526,7 @@ class RegionEvent:
             "end_s": self.end_s,
             "energy_j": self.energy_j,
             "error_j": self.error_j,
+            "kind": self.kind or self.name,
         }
 
 
@@ -642,7 +691,7 @@ def attribute_regions(
         a, b = max(w.start_s, start_s), min(w.end_s, end_s)
         if b < a:
             continue  # entirely outside the measured span
-        calls.append(RegionWindow(w.name, w.path, a, b, w.pid, w.tid))
+        calls.append(RegionWindow(w.name, w.path, a, b, w.pid, w.tid, w.kind))
     parents = _parents(calls)
     # The meter's own view of each call's window: its error bound and resolution.
     window_energies = [meter.energy(c.start_s, c.end_s) for c in calls]
@@ -675,6 +724,7 @@ def attribute_regions(
                 error_j=sum(window_energies[k].error_j for k in ks),
                 short_calls=sum(1 for k in ks if window_energies[k].short),
                 share=energy / total if total > 0 else 0.0,
+                kind=calls[ks[0]].element_kind,
             )
         )
     events = [
@@ -689,6 +739,7 @@ def attribute_regions(
             error_j=window_energies[k].error_j,
             id=k + 1 if trace is not None else 0,
             parent_id=parents[k] + 1 if trace is not None else 0,
+            kind=c.element_kind,
         )
         for k, c in enumerate(calls)
     ]
