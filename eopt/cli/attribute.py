@@ -6,55 +6,16 @@ import click
 
 from eopt.cli._common import UserError, check_output, console, note, write_json
 from eopt.cli.options import (
+    csv_options,
     domain_option,
     force_option,
     json_option,
     json_output_option,
     quiet_option,
+    recording_options,
 )
 
-__all__ = ["command", "csv_options"]
-
-
-def csv_options(f: click.decorators.FC) -> click.decorators.FC:
-    """The options that say how to read another tool's power CSV."""
-    options = [
-        click.option(
-            "--time-column", help="Power CSV: the time column (found automatically by default)."
-        ),
-        click.option(
-            "--power-column",
-            help="Power CSV: the power column (default: one whose name contains 'power').",
-        ),
-        click.option(
-            "--time-unit",
-            type=click.Choice(["auto", "s", "ms", "us", "ns", "datetime"]),
-            default="auto",
-            show_default=True,
-            help="Power CSV: unit of the time column (datetime: '2024/05/01 12:00:00.123').",
-        ),
-        click.option(
-            "--power-unit",
-            type=click.Choice(["W", "mW", "kW"], case_sensitive=False),
-            help="Power CSV: unit of bare numbers under a header that names none "
-            "(power_mW, 'power (mW)', 'power.draw [W]' name theirs).",
-        ),
-        click.option(
-            "--tz",
-            metavar="ZONE",
-            help="Power CSV: time zone of date-times without an offset, e.g. UTC or "
-            "America/New_York (default: the local zone, $TZ, as nvidia-smi prints).",
-        ),
-        click.option(
-            "--events",
-            "events_path",
-            type=click.Path(dir_okay=False),
-            help="Power CSV: an events.csv (dashboard layout) with the run's regions.",
-        ),
-    ]
-    for option in reversed(options):
-        f = option(f)
-    return f
+__all__ = ["command"]
 
 
 @click.command("attribute")
@@ -106,21 +67,20 @@ def command(
     """
     from eopt.attribute.engine import attribute_all
     from eopt.model.trace import TraceError
-    from eopt.model.trace_io import PowerCsvOptions, read_traces
-    from eopt.report.attribution_table import render_attribution
+    from eopt.model.trace_io import read_traces
 
     check_output(output, force)
-    opts = PowerCsvOptions(
+    opts = recording_options(
         time_column=time_column,
         power_column=power_column,
         time_unit=time_unit,
-        events=events_path,
+        events_path=events_path,
         power_unit=power_unit,
         tz=tz,
     )
     try:
         traces = read_traces(path, opts)
-        result = attribute_all(traces, domain=domain, source=path)
+        result = attribute_all(traces, domain=domain, source=path, calls=calls)
     except TraceError as exc:
         raise UserError(str(exc)) from None
     zones = sorted({str(t.metadata["time_zone"]) for t in traces if "time_zone" in t.metadata})
@@ -132,4 +92,6 @@ def command(
     if as_json:
         write_json("-", data)
     else:
+        from eopt.report.attribution_table import render_attribution
+
         render_attribution(result, console, kernels=not regions_only)

@@ -19,6 +19,7 @@ __all__ = [
     "GPU_HELP",
     "POWER_BACKENDS",
     "confidence_option",
+    "csv_options",
     "domain_option",
     "dominance_option",
     "force_option",
@@ -30,6 +31,7 @@ __all__ = [
     "meter_method_option",
     "power_backend_option",
     "quiet_option",
+    "recording_options",
     "seed_option",
     "sim_model_option",
 ]
@@ -224,4 +226,62 @@ def confidence_option(help: str) -> Callable[[F], F]:
 
     return click.option(
         "--confidence", default="95%", show_default=True, type=Probability(), help=help
+    )
+
+
+def csv_options(f: click.decorators.FC) -> click.decorators.FC:
+    """The options that say how to read another tool's power CSV (``eopt trace``,
+    ``eopt report --measurement`` and ``eopt attribute`` read it alike); kept free of
+    NumPy so that ``--help`` stays light."""
+    options = [
+        click.option(
+            "--time-column", help="Power CSV: the time column (found automatically by default)."
+        ),
+        click.option(
+            "--power-column",
+            help="Power CSV: the power column (default: one whose name contains 'power').",
+        ),
+        click.option(
+            "--time-unit",
+            type=click.Choice(["auto", "s", "ms", "us", "ns", "datetime"]),
+            default="auto",
+            show_default=True,
+            help="Power CSV: unit of the time column (datetime: '2024/05/01 12:00:00.123').",
+        ),
+        click.option(
+            "--power-unit",
+            type=click.Choice(["W", "mW", "kW"], case_sensitive=False),
+            help="Power CSV: unit of bare numbers under a header that names none "
+            "(power_mW, 'power (mW)', 'power.draw [W]' name theirs).",
+        ),
+        click.option(
+            "--tz",
+            metavar="ZONE",
+            help="Power CSV: time zone of date-times without an offset, e.g. UTC or "
+            "America/New_York (default: the local zone, $TZ, as nvidia-smi prints).",
+        ),
+        click.option(
+            "--events",
+            "events_path",
+            type=click.Path(dir_okay=False),
+            help="Power CSV: an events.csv (dashboard layout) with the run's regions.",
+        ),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def recording_options(**given: Any) -> Any:
+    """The power-CSV reading options of :func:`csv_options`, as
+    :func:`eopt.model.trace_io.read_traces` takes them (``events_path`` is ``--events``)."""
+    from eopt.model.trace_io import PowerCsvOptions
+
+    return PowerCsvOptions(
+        time_column=given.get("time_column"),
+        power_column=given.get("power_column"),
+        time_unit=given.get("time_unit") or "auto",
+        events=given.get("events_path"),
+        power_unit=given.get("power_unit"),
+        tz=given.get("tz"),
     )

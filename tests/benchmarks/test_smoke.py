@@ -37,6 +37,10 @@ EXCLUDED = {
 #: Per script, patterns (regular expressions) of lines its real run prints too; a smoke
 #: run's output must match every one.
 REAL_RUN_LINES = {
+    "attribute_speed.py": (
+        r"^events\s+eopt CPU s\s+peer CPU s\s+CPU ratio\s+eopt RSS MiB",
+        r"^\d+ PASS, \d+ FAIL$",
+    ),
     "check_acceptance.py": (r"^mechanism\s+trials\s+≥3σ\s+min effect σ", r"^Property 5\.1 \("),
     "compose_monte_carlo.py": (
         r"^kind\s+seed\s+schedules\s+worst mean\s+paper mean",
@@ -85,6 +89,14 @@ REAL_RUN_LINES = {
         r"^\d+ repeats shifted by",
     ),
     "sim_calibration.py": (r"^kernel\s+stage\s+max\|dT\|\s+max\|dE\|", r"^fitted physics: "),
+    "sim_fit_optimum.py": (
+        r"^Fitted simulators on held-out clocks",
+        r"^\s*GPU\s+data\s+kern×set\s+held-out T\s+P\s+E\s+optimum ok",
+    ),
+    "sim_noise.py": (
+        r"^Repeat spread, target energy CV ×0\.5–×2 of the data",
+        r"^\s*setting\s+seed\s+energy CV real\s+sim\s+sim/real",
+    ),
     "solve_time_limit.py": (
         r"^\s*limit\s+wall\s+charged\s+status",
         r"^Fixed costs before any solver can stop \(in-process\):",

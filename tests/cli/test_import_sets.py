@@ -59,6 +59,7 @@ HELP_ROWS: dict[str, tuple[str, ...]] = {
     # The sweep's option types and its library module come with NumPy.
     "sweep --help": NO_SCIENCE,
     "measure --help": NO_SCIENCE,
+    "profile --help": LIGHT,
     "attribute --help": NO_SCIENCE,
     "kokkos --help": LIGHT,
     "kokkos build --help": LIGHT,

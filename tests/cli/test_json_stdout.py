@@ -9,6 +9,7 @@ fails ``test_every_json_command_is_covered``.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ EXAMPLES = ROOT / "examples"
 DBSCAN = ROOT / "tests" / "data" / "kokkos_dbscan_h100"
 COVERED = (
     "sweep", "frontier", "compose", "plan", "solve", "apply", "check", "reset", "attribute",
-    "compare", "library",
+    "compare", "library", "profile",
 )  # fmt: skip
 
 
@@ -47,6 +48,12 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     )  # fmt: skip
     schedule = d / "schedule.json"
     main(["solve", str(plan), "--slowdown", "5%", "-q", "-o", str(schedule)])
+    (d / "k.yaml").write_text("fwd: {kernel: gemm}\n", encoding="utf-8")
+    (d / "marked.py").write_text(
+        "import eopt\nprint('the program talks on stdout')\n"
+        "for _ in range(2):\n    with eopt.element('F', kind='fwd'):\n        pass\n",
+        encoding="utf-8",
+    )
     return {"lib": lib, "plan": plan, "schedule": schedule, "dir": d}
 
 
@@ -71,6 +78,10 @@ def _commands(f: dict[str, Path]) -> dict[str, list[str]]:
         "reset": ["reset", "--json", "--dry-run"],
         "attribute": ["attribute", str(DBSCAN / "fdbscan" / "illyad-2495425"), "--json"],
         "compare": ["compare", str(DBSCAN / "fdbscan"), str(DBSCAN / "fdbscan-dense"), "--json"],
+        "profile": [
+            "profile", "--sim", "--kernels", str(d / "k.yaml"), "--clocks", "1410", "--json",
+            "-o", str(d / "p.jsonl"), "--", sys.executable, str(d / "marked.py"),
+        ],
         "library": [
             "library", "merge", str(f["lib"]), str(f["lib"]), "--json", "-o", str(d / "m.jsonl"),
         ],

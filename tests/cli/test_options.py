@@ -74,7 +74,7 @@ def test_sim_model_default_is_a_packaged_profile() -> None:
         *options_named("--sim-model"),
         *[x for x in options_named("--model") if x[0] == "check"],
     ]
-    assert {p for p, _ in found} == {"apply", "sweep", "check"}
+    assert {p for p, _ in found} == {"apply", "sweep", "check", "profile"}
     defaults = {option.default for _, option in found}
     assert len(defaults) == 1 and defaults <= set(available_profiles())
 
@@ -95,7 +95,7 @@ def test_gpu_and_gpus_share_their_help() -> None:
     from eopt.cli.options import GPU_HELP, GPUS_HELP
 
     gpu = [(p, o) for p, o in options_named("--gpu") if o.help == GPU_HELP]
-    assert {p for p, _ in gpu} == {"measure", "sweep"}
+    assert {p for p, _ in gpu} == {"measure", "sweep", "profile"}
     assert all(o.default == "0" for _, o in gpu)
     assert [p for p, o in options_named("--gpus") if o.help == GPUS_HELP] == ["measure"]
 
