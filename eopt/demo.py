@@ -270,8 +270,8 @@ def _characterize(
     does: a cell's numbers do not depend on how warm the cells before it left the chip.
     """
     from eopt.measure.meter import Meter
-    from eopt.runs.repeat import RepeatPolicy, measure_static_power
     from eopt.runs.gpus import GpuSpec
+    from eopt.runs.repeat import RepeatPolicy, measure_static_power
     from eopt.runs.sweep import Grid, parse_kernel, sweep
 
     # Short windows keep the demo fast: the simulated GPU has an energy counter (mJ), so
