@@ -133,6 +133,8 @@ def open_rapl_source(backend: str) -> Any | None:
 
 def print_report(result: CommandMeasurement) -> None:
     """Per-region table: inclusive energy, time, mean power, share; outside and total."""
+    from eopt.report.names import shorten
+
     rep = result.report
     table = Table(
         title=escape(
@@ -146,7 +148,7 @@ def print_report(result: CommandMeasurement) -> None:
     for r in rep.regions:
         flag = f" [yellow](short calls: ±{r.error_j:.2g} J)[/]" if r.short_calls else ""
         table.add_row(
-            "  " * r.depth + escape(r.key.rsplit("/", 1)[-1]) + flag,
+            "  " * r.depth + escape(shorten(r.key.rsplit("/", 1)[-1])) + flag,
             str(r.calls),
             f"{r.time_s:.4g}",
             f"{r.energy_j:.4g}",

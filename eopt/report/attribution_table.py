@@ -8,6 +8,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from eopt.attribute.engine import Attribution
+from eopt.report.names import shorten
 
 __all__ = ["render_attribution"]
 
@@ -67,7 +68,7 @@ def render_attribution(att: Attribution, console: Console, *, kernels: bool = Tr
             else f" [dim]({_KINDS.get(r.category, r.category.lower())})[/]"
         )
         table.add_row(
-            " " * r.depth + escape(r.name) + kind + note,
+            " " * r.depth + escape(shorten(r.name)) + kind + note,
             str(r.calls),
             f"{r.time_s:.3g}",
             _j(r.inclusive_energy_j),

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from eopt.model.operating_point import OperatingPoint
 from eopt.model.schedule import Schedule, ScheduledElement
 from eopt.report.chart_rules import log_axes
+from eopt.report.names import shorten
 from eopt.report.region_bands import RegionBand
 from eopt.report.svg import (
     MARGIN,
@@ -430,7 +431,7 @@ def power_trace_svg(
     """
     samples = [(t, w) for t, w in samples if math.isfinite(t) and math.isfinite(w)]
     left, right, top, bottom = MARGIN
-    labels = [_short(b.name) for b in bands]
+    labels = [shorten(b.name, 32) for b in bands]  # the tooltip keeps it whole
     if bands:
         left = min(240.0, max(left, 6.5 * max(len(n) for n in labels) + 18))
     lane_h, lane_gap = 12.0, 5.0
@@ -468,11 +469,6 @@ def power_trace_svg(
         out.append(f'<polyline class="power-line" points="{coords}"/>')
     out.append("</svg>")
     return "".join(out)
-
-
-def _short(name: str, most: int = 32) -> str:
-    """A name short enough for a label (the tooltip keeps it whole)."""
-    return name if len(name) <= most else name[: most - 1] + "…"
 
 
 def _merged_px(spans: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:

@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from eopt.report.names import shorten
 from eopt.report.svg import fmt_interval, fmt_num
 from eopt.runs.compare import Comparison, Intervals, Reduction, format_runs
 
@@ -148,7 +149,7 @@ def render_comparison(cmp: Comparison, console: Console) -> None:
         cmp: The result of :func:`eopt.runs.compare.compare_runs`.
         console: Where to print (e.g. ``Console(record=True)`` to capture the text).
     """
-    where = f"region {cmp.region}" if cmp.region else "whole runs"
+    where = f"region {shorten(cmp.region)}" if cmp.region else "whole runs"
     title = escape(
         f"{cmp.names[1]} (B) against {cmp.names[0]} (A), {where}: "
         f"bootstrap percentile CIs, {cmp.resamples} resamples, seed {cmp.seed}"
@@ -166,7 +167,7 @@ def render_comparison(cmp: Comparison, console: Console) -> None:
         for blk in cmp.state_blocks:
             name = cmp.names[0] if blk.variant == "a" else cmp.names[1]
             blocks.add_row(
-                f"{blk.variant.upper()} {escape(name)}",
+                f"{blk.variant.upper()} {escape(shorten(name))}",
                 format_runs(blk.runs),
                 str(len(blk.runs)),
                 fmt_num(blk.median_time_s),
