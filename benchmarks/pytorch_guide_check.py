@@ -1,9 +1,12 @@
-"""Run docs/pytorch.md's script as a user would: torchrun, gloo on the CPU, simulated GPUs.
+"""Run docs/pytorch.md's loop as a user would: torchrun, gloo on the CPU, simulated GPUs.
 
-For 2 and 4 ranks: an `eopt demo` schedule of that many stages, three training steps of
-docs/pytorch_1f1b.py under `torch.distributed.run`, and checks that every rank switched
-clocks, kept the plan's order, entered every element, and that the loss fell. Needs
-PyTorch (`pip install torch`; the CPU build is enough). Prints PASS/FAIL per rank count.
+For 2 and 4 ranks, docs/pytorch_1f1b.py, unchanged, under `torch.distributed.run` at every
+stage: `eopt profile --sim` over three clocks, `eopt plan pipeline --library`, `eopt solve`,
+`eopt apply --sim -o run.json` of one step, and `eopt check --measured`. Checks that the
+library holds both kinds of every stage at every clock, that the run recorded every
+element call of the schedule, that the loss fell over the profiled steps, and that the
+check found no deviation. Needs PyTorch (`pip install torch`; the CPU build is enough).
+Prints PASS/FAIL per rank count.
 
     python3 benchmarks/pytorch_guide_check.py
     python3 benchmarks/pytorch_guide_check.py --smoke    # 2 ranks only
@@ -12,8 +15,7 @@ PyTorch (`pip install torch`; the CPU build is enough). Prints PASS/FAIL per ran
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
+import json
 import os
 import re
 import subprocess
@@ -31,68 +33,77 @@ RANKS = (2, 4)
 SMOKE_RANKS = (2,)
 
 
-def demo_schedule(out: Path, stages: int, microbatches: int) -> Path:
-    from eopt.cli import main
+CLOCKS = "1410,1200,1005"
+MICROBATCHES = 4
 
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        main(
-            [
-                "demo",
-                "--out",
-                str(out),
-                "--stages",
-                str(stages),
-                "--microbatches",
-                str(microbatches),
-                "-q",
-            ]
-        )
-    return out / "schedule.json"
+
+def _eopt(*argv: str, cwd: Path) -> tuple[int, str]:
+    """``eopt ARGV`` in ``cwd`` (a subprocess, as a user types it); exit status and output."""
+    proc = subprocess.run(
+        [sys.executable, "-c", "from eopt.cli import main; main()", *argv],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=cwd,
+        env=_env(),
+        check=False,
+    )
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def _env() -> dict[str, str]:
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "OMP_NUM_THREADS": "1",
+    }
 
 
 def check(ranks: int, tmp: Path) -> list[str]:
     """The problems found with ``ranks`` ranks (empty: it works)."""
-    schedule = demo_schedule(tmp / f"demo{ranks}", ranks, 4)
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-        "PYTHONWARNINGS": "always::UserWarning",
-        "OMP_NUM_THREADS": "1",
-    }
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            f"--nproc-per-node={ranks}",
-            str(SCRIPT),
-            str(schedule),
-            "--backend",
-            "sim",
-            "--steps",
-            "3",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-        cwd=tmp,
+    here = tmp / f"ranks{ranks}"
+    here.mkdir()
+    kernels = "".join(
+        f"stage{s}.{kind}: {{kernel: gemm, workload: {{m: 2048, n: {n}, k: 2048}}}}\n"
+        for s in range(ranks)
+        for kind, n in (("forward", 2048), ("backward", 4096))
     )
-    output = proc.stdout + proc.stderr
+    (here / "k.yaml").write_text(kernels, encoding="utf-8")
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                f"--nproc-per-node={ranks}", str(SCRIPT)]  # fmt: skip
+    sim = ("--sim", "--kernels", "k.yaml")
+    steps = [
+        ("profile", "profile", *sim, "--clocks", CLOCKS, "-o", "lib.jsonl", "--", *torchrun),
+        ("plan", "plan", "pipeline", "--library", "lib.jsonl", "--stages", str(ranks),
+         "--microbatches", str(MICROBATCHES), "--idle-power", "60W", "-o", "plan.yaml"),
+        ("solve", "solve", "plan.yaml", "--slowdown", "5%", "-o", "schedule.json"),
+        ("apply", "apply", "schedule.json", *sim, "-o", "run.json", "--", *torchrun,
+         "--steps", "1"),
+        ("check", "check", "schedule.json", "--measured", "run.json", "-o", "m.json"),
+    ]  # fmt: skip
+    outputs: dict[str, str] = {}
+    for name, *argv in steps:
+        code, out = _eopt(*argv, cwd=here)
+        outputs[name] = out
+        if code != 0:
+            return [f"eopt {name}: exit status {code}: {out[-2000:]}"]
     problems = []
-    if proc.returncode != 0:
-        return [f"exit status {proc.returncode}: {output[-2000:]}"]
-    for rank in range(ranks):
-        line = re.search(rf"^rank {rank} \(stage{rank}\): (\d+) switch", proc.stdout, re.M)
-        if not line or int(line.group(1)) <= 3:
-            problems.append(f"rank {rank} did not switch clocks")
-    for phrase in ("out of the schedule's order", "never entered"):
-        if phrase in output:
-            problems.append(f"drift: {phrase}")
-    losses = [float(x) for x in re.findall(r"^step \d+: loss ([0-9.]+)", proc.stdout, re.M)]
-    if len(losses) != 3 or losses[-1] >= losses[0]:
-        problems.append(f"the loss did not fall: {losses}")
+    lines = [json.loads(x) for x in (here / "lib.jsonl").read_text().splitlines() if x.strip()]
+    cells = {(d["name"], d["op_point"].get("sm_clock_mhz")) for d in lines}
+    wanted = {(f"stage{s}.{k}", float(c)) for s in range(ranks) for k in ("forward", "backward")
+              for c in CLOCKS.split(",")}  # fmt: skip
+    if not wanted <= cells:
+        problems.append(f"the library lacks {sorted(wanted - cells)}")
+    events = json.loads((here / "run.json").read_text()).get("events", [])
+    if len(events) != ranks * 2 * MICROBATCHES:
+        problems.append(
+            f"run.json holds {len(events)} element calls, not {ranks * 2 * MICROBATCHES}"
+        )
+    losses = [float(x) for x in re.findall(r"^step \d+: loss ([0-9.]+)", outputs["profile"], re.M)]
+    if len(losses) < 3 * len(CLOCKS.split(",")) or losses[2] >= losses[0]:
+        problems.append(f"the loss did not fall over the profiled steps: {losses[:3]}")
+    if json.loads((here / "m.json").read_text()).get("deviation") is not False:
+        problems.append("eopt check --measured reported a deviation")
     return problems
 
 
