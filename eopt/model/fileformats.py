@@ -39,7 +39,7 @@ import secrets
 import stat
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -111,14 +111,16 @@ class Where:
     line: int | None = None
     error: type[ValueError] = FileFormatError
 
+    # Built directly rather than by dataclasses.replace: readers make one per field.
     def __truediv__(self, key: str | int) -> Where:
         if isinstance(key, int):
-            return replace(self, path=f"{self.path}[{key}]")
-        return replace(self, path=f"{self.path}.{key}" if self.path else str(key))
+            return Where(self.file, f"{self.path}[{key}]", self.line, self.error)
+        path = f"{self.path}.{key}" if self.path else str(key)
+        return Where(self.file, path, self.line, self.error)
 
     def at_line(self, line: int | None) -> Where:
         """The same place at ``line``."""
-        return replace(self, line=line)
+        return Where(self.file, self.path, line, self.error)
 
     def __str__(self) -> str:
         head = self.file if self.line is None else f"{self.file}:{self.line}"
