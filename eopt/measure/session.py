@@ -283,6 +283,11 @@ def _record(
             meta["connector"] = json.loads(connector_meta.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError):
             warnings.append(f"{connector_meta}: the connector's metadata is unreadable")
+        ended = meta.get("connector", {}).get("ended")
+        said = meta.get("connector", {}).get("message")
+        if ended not in (None, "finalize") and isinstance(said, str) and said:
+            # A program that died: say how, and what of its trace survived.
+            warnings.append(said)
         counts = meta.get("connector", {}).get("counts", {})
         bad = {k: v for k, v in counts.items() if k != "events" and v}
         if bad:

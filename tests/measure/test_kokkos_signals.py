@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import signal
 from pathlib import Path
 
@@ -139,6 +140,8 @@ def test_eopt_measure_keeps_a_crashed_programs_trace(
     )
     assert result.exit_code == -signal.SIGABRT, result.output
     assert "built with Kokkos" not in result.output
+    # The user is told how the program ended and what of its trace was kept.
+    assert re.search(r"killed by SIGABRT; \d+ events kept", result.stderr), result.stderr
     data = json.loads(result.stdout)
     regions = {r["name"]: r for r in data["regions"]}
     assert regions["step"]["calls"] == STEPS and regions["work"]["calls"] == STEPS
