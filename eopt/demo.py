@@ -203,9 +203,7 @@ def run_demo(
     fastest = float(fastest_makespan(pp.problem))
     deadline = resolve_deadline(pp, slowdown=slowdown)
     assert deadline is not None
-    schedule = solve_plan(
-        plan, deadline=deadline, method="auto", time_limit=20.0, gap=1e-3, library=library
-    )
+    schedule = solve_plan(plan, deadline=deadline, method="auto", gap=1e-3, library=library)
     write_schedule(files["schedule"], schedule)
     if schedule.solver.get("status") == "interrupted":
         # Ctrl-C during the solve: the best plan found is written; stop here rather than

@@ -4,8 +4,10 @@ A standalone package: tasks with alternative modes (duration, energy) on devices
 precedence edges, per-device idle power. It finds the assignment that spends the least
 energy with the makespan under a deadline (`solve`), the whole time–energy frontier
 (`frontier`), and evaluates given assignments exactly (`evaluate`). A solve stops at its
-time limit, or earlier by a `StopRule` (a small enough certified gap, a stall), or on
-Ctrl-C with the best plan found; `Solution.stop_reason` says which.
+budget of work (by default: counted in work done, so one input gives one plan on any
+machine at any load) or at an explicit wall-clock time limit, or earlier by a `StopRule`
+(a small enough certified gap, a stall), or on Ctrl-C with the best plan found;
+`Solution.stop_reason` says which.
 
 Energy accounting (devices held until the horizon H — the makespan, or the deadline):
 

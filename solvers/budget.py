@@ -1,10 +1,19 @@
-"""The time budget of a solve: one wall-clock deadline, handed to every stage.
+"""The budget of a solve: one deadline on one clock, handed to every stage.
 
-A solve starts one `Budget` of its time limit; each stage receives a child budget
+A solve starts one `Budget` of its limit; each stage receives a child budget
 (seconds, or a fraction of what is left) whose end never lies past its parent's, and
-asks it how much time remains. Stages that cannot be interrupted (a cold LP solve,
+asks it how much remains. Stages that cannot be interrupted (a cold LP solve,
 building a model) check `remaining()` before they start; loops check `expired()`
-between steps. This module is the only one that reads the clock.
+between steps. This module is the only one that reads the wall clock.
+
+The clock is one of two:
+
+- **work** (`WorkMeter`, the default): the stages `charge` the work they do (task
+  visits of a longest-path pass, arc visits of an interior-point step, simplex
+  iterations), and the clock reads it in reference seconds (`WORK_UNITS_PER_S`). Every
+  share, estimate and stall window is then a count of work: one input gives one plan
+  on any machine at any load;
+- **wall** (`now`): only for an explicit time limit, the hard cap it promises.
 """
 
 from __future__ import annotations
@@ -18,8 +27,33 @@ from solvers.exceptions import TimeLimitReached
 
 
 def now() -> float:
-    """The monotonic clock every stage measures with, s."""
+    """The monotonic wall clock an explicit time limit is measured with, s."""
     return time.perf_counter()
+
+
+#: Work units per reference second: one unit is about one task or arc visited in a
+#: numpy or Python pass (0.3–1 µs on one idle core), so that a budget of work reads
+#: about as many seconds as the same budget of wall time on an idle machine.
+WORK_UNITS_PER_S = 2.0e6
+
+
+class WorkMeter:
+    """A clock that reads the work charged to it, not the time: reference seconds.
+
+    Attributes:
+        units: work charged so far (`WORK_UNITS_PER_S` to a reference second).
+    """
+
+    def __init__(self) -> None:
+        self.units = 0.0
+
+    def charge(self, units: float) -> None:
+        """Add `units` of work done."""
+        self.units += float(units)
+
+    def __call__(self) -> float:
+        """The work done so far, in reference seconds."""
+        return self.units / WORK_UNITS_PER_S
 
 
 @dataclass(frozen=True)
@@ -30,11 +64,13 @@ class Budget:
         end: the clock's reading at which the budget runs out, s (inf: no limit).
         clock: a monotonic clock, s (injectable for tests).
         started: the clock's reading when the budget was made, s.
+        wall_started: the wall clock's reading (`now`) when the budget was made, s.
     """
 
     end: float
     clock: Callable[[], float] = now
     started: float = field(default=math.nan)
+    wall_started: float = field(default_factory=now)
 
     def __post_init__(self) -> None:
         if math.isnan(self.started):
@@ -51,6 +87,26 @@ class Budget:
         """A budget that never runs out."""
         return cls(math.inf)
 
+    @classmethod
+    def of_work(cls, seconds: float) -> Budget:
+        """A budget of `seconds` reference seconds of work, on a new `WorkMeter`."""
+        return cls.of(seconds, WorkMeter())
+
+    @property
+    def counts_work(self) -> bool:
+        """True when the clock reads work charged (`WorkMeter`), not the wall."""
+        return isinstance(self.clock, WorkMeter)
+
+    def charge(self, units: float) -> None:
+        """Charge `units` of work to the clock (nothing on a wall clock)."""
+        if isinstance(self.clock, WorkMeter):
+            self.clock.charge(units)
+
+    def wall_limit(self) -> float:
+        """Seconds a wall-timed external solver (HiGHS) may take: what is left on a wall
+        clock, inf on a work clock (whose limit the caller enforces by `charge`)."""
+        return math.inf if self.counts_work else self.remaining()
+
     def remaining(self) -> float:
         """Seconds left (negative once spent; inf when unlimited)."""
         return self.end - self.clock()
@@ -58,6 +114,10 @@ class Budget:
     def elapsed(self) -> float:
         """Seconds since the budget was made."""
         return self.clock() - self.started
+
+    def wall_elapsed(self) -> float:
+        """Wall seconds since the budget was made (whatever its clock)."""
+        return now() - self.wall_started
 
     @property
     def limit_s(self) -> float:

@@ -178,7 +178,7 @@ def relax_coupled(
         (modes, bound): the best feasible plan found and the LP relaxation bound, J.
     """
     relaxation = ExactModel(ip, deadline, relax=True)
-    status = relaxation.model.run(budget.remaining())
+    status = relaxation.model.run(budget.remaining(), budget=budget)
     if status != "optimal":
         bound = float("nan")
         lp_setting: list[Hashable | None] = [ip.settings[i][fallback[i]] for i in range(ip.n)]

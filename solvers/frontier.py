@@ -93,7 +93,9 @@ def frontier(
     problem: Problem,
     num_points: int = 100,
     method: str = "relax",
-    time_limit_per_point: float = 10.0,
+    time_limit_per_point: float | None = None,
+    *,
+    work_per_point: float = 10.0,
 ) -> list[Solution]:
     """Time–energy frontier of whole plans.
 
@@ -104,7 +106,11 @@ def frontier(
             many deadlines; small problems are searched exactly, so fewer means fewer
             exist).
         method: ``"relax"``, ``"milp"`` or ``"auto"``, as in `solve`.
-        time_limit_per_point: s per deadline.
+        time_limit_per_point: s of wall time per deadline; None (or inf): no wall
+            limit, each point runs on `work_per_point` instead.
+        work_per_point: without a time limit, the work per deadline, in reference
+            seconds (`solvers.budget.WorkMeter`): the same frontier on any machine at
+            any load.
 
     Returns:
         Feasible plans sorted by makespan, energy strictly falling: from a plan at the
@@ -128,7 +134,13 @@ def frontier(
     lp_name = "HiGHS LP" if lp is None or lp.method == "highs" else "network LP"
     small = milp_columns(ip) <= EXACT_COLUMNS
     exact = ExactModel(ip, None) if small and not ip.coupled and method != "milp" else None
-    exact_s = min(EXACT_POINT_S, time_limit_per_point)
+    on_wall = time_limit_per_point is not None and math.isfinite(time_limit_per_point)
+    per_point = float(time_limit_per_point) if on_wall else float(work_per_point)
+    exact_s = min(EXACT_POINT_S, per_point)
+
+    def budget_of(seconds: float) -> Budget:
+        """A point's budget: wall seconds under a time limit, else work."""
+        return Budget.of(seconds) if on_wall else Budget.of_work(seconds)
 
     def wrap(
         modes: list[int], deadline: float | None, bound: float, solver: str, t0: Budget
@@ -142,15 +154,22 @@ def frontier(
             lower_bound=bound * energy_unit,
             solver=solver,
             method=method,
-            wall_time_s=t0.elapsed(),
+            wall_time_s=t0.wall_elapsed(),
         )
 
     def solved(deadline: float | None) -> Solution:
         """`solve` at one deadline, searching to its limit (no early stop: a frontier
         point is worth its whole time)."""
-        limit = exact_s if small and method != "milp" else time_limit_per_point
+        limit = exact_s if small and method != "milp" else per_point
         exact = "milp" if small else method
-        sol = solve(problem, deadline, method=exact, time_limit=limit, stop=RUN_TO_LIMIT)
+        sol = solve(
+            problem,
+            deadline,
+            method=exact,
+            time_limit=limit if on_wall else None,
+            stop=RUN_TO_LIMIT,
+            work_limit=limit,
+        )
         if sol.status == "interrupted":
             raise KeyboardInterrupt  # `solve` kept its plan; the frontier stops as a whole
         return sol
@@ -160,7 +179,7 @@ def frontier(
         the better of the two bounds."""
         if exact is None:
             return sol
-        t0 = Budget.of(exact_s)
+        t0 = budget_of(exact_s)
         exact.set_deadline(None if deadline is None else deadline / time_unit)
         exact.tighten(1e-9)
         start = [sol.modes[name] for name in original.names]
@@ -201,7 +220,7 @@ def frontier(
             return fastest_end(deadline)
         # The energy-minimizing end runs the whole relax search until it stalls (as
         # `solve(problem, None)` does), so that the frontier ends at the same plan.
-        t0 = Budget.of(time_limit_per_point)
+        t0 = budget_of(per_point)
         inc = relax_plan(ip, None, fast, t_fast / time_unit, t0, lp=lp)
         return tightened(wrap(inc.modes, None, inc.bound, inc.solver, t0), None)
 
@@ -209,7 +228,7 @@ def frontier(
         """The plan at the fastest makespan: one LP step from the fastest plan, then
         iterated improvement until `FAST_END_PATIENCE` steps bring nothing."""
         assert lp is not None
-        t0 = Budget.of(min(time_limit_per_point, END_POINT_S))
+        t0 = budget_of(min(per_point, END_POINT_S))
         # The LP step gets the end's time too: a cold LP of thousands of tasks can take
         # longer, and the fastest plan itself then starts the search, without a bound.
         lp.budget = t0

@@ -22,6 +22,7 @@ import highspy
 import numpy as np
 import scipy.sparse as sp
 
+from solvers.budget import Budget
 from solvers.stopping import Watch
 
 #: HiGHS's infinity (bounds).
@@ -38,6 +39,20 @@ POLL_S = 0.05
 #: HiGHS does not stop crossover at its time limit (8000 tasks: 2.0 s of interior point,
 #: then 1.6 s of crossover), so the crossover must fit in the rest.
 IPM_TIME_SHARE = 0.5
+
+#: Work units (`solvers.budget.WORK_UNITS_PER_S`) charged per simplex iteration and
+#: model column or row: a simplex iteration touches about a fiftieth of the model.
+SIMPLEX_UNITS_PER_ENTRY = 0.02
+
+#: Work units charged per interior-point iteration and matrix entry.
+IPM_UNITS_PER_ENTRY = 1.0
+
+#: Work units charged per MILP callback, and per branch-and-bound node, per model
+#: column or row: HiGHS reports no simplex iterations inside a MILP; it calls back at
+#: fixed points of its search, and a node costs about one LP re-solve (on a 1F1B
+#: pipeline of 64 tasks × 12 modes, calibrated so that a solve reads its wall time).
+CALLBACK_UNITS_PER_ENTRY = 80.0
+NODE_UNITS_PER_ENTRY = 50.0
 
 _BANNER_SHOWN = False
 
@@ -131,6 +146,8 @@ class Model:
         self.highs.setOptionValue("threads", 1)
         self.highs.passModel(lp)
         self.num_cols = int(rows.shape[1])
+        self._size = int(rows.shape[0] + rows.shape[1])
+        self._entries = int(rows.nnz)
         self.offset = float(offset)
         self.mip = integer_columns > 0
 
@@ -168,6 +185,7 @@ class Model:
         watch: Watch | None = None,
         ipm: bool = False,
         crossover: bool = True,
+        budget: Budget | None = None,
     ) -> str:
         """Solve within `time_limit` s; one of `STATUSES`.
 
@@ -181,22 +199,38 @@ class Model:
                 the time when it crosses over.
             crossover: with `ipm`, run the crossover to a basis (False: the interior
                 point's solution, with all the time; later runs then start cold).
+            budget: the budget the run draws on. On a work clock HiGHS runs without a
+                wall limit, its iterations are charged to the budget, and a MILP stops
+                (status ``"time_limit"``) at the callback where the budget runs out.
         """
         h = self.highs
-        limit = float(min(time_limit, INF))
+        counts_work = budget is not None and budget.counts_work
+        limit = math.inf if counts_work else float(time_limit)
+        limit = float(min(limit, INF))
         if ipm:
             h.setOptionValue("solver", "ipm")
             h.setOptionValue("run_crossover", "on" if crossover else "off")
             if crossover:
                 limit *= IPM_TIME_SHARE
         h.setOptionValue("time_limit", max(limit, 1e-3))
-        if watch is not None and self.mip:
-            self._run_watched(watch)
+        spent = False
+        if self.mip and (watch is not None or counts_work):
+            spent = self._run_watched(watch, budget if counts_work else None)
         else:
             h.run()
+            if counts_work:
+                info = h.getInfo()
+                budget.charge(self._units(info.simplex_iteration_count, info.ipm_iteration_count))
         if ipm:
             h.setOptionValue("solver", "choose")
-        return _status(h)
+        return "time_limit" if spent else _status(h)
+
+    def _units(self, simplex: int, ipm: int) -> float:
+        """Work units of `simplex` and `ipm` iterations on this model."""
+        return (
+            max(simplex, 0) * SIMPLEX_UNITS_PER_ENTRY * self._size
+            + max(ipm, 0) * IPM_UNITS_PER_ENTRY * self._entries
+        )
 
     def rerun_cold(self) -> str:
         """Solve again from scratch (after numerical trouble); one of `STATUSES`."""
@@ -204,12 +238,27 @@ class Model:
         self.highs.run()
         return _status(self.highs)
 
-    def _run_watched(self, watch: Watch) -> None:
+    def _run_watched(self, watch: Watch | None, budget: Budget | None) -> bool:
+        """Run the MILP on a worker thread with HiGHS's callback feeding `watch` and
+        charging `budget` (a work clock); True when the budget stopped it."""
         h = self.highs
         offset = self.offset
+        spent = [False]
+        nodes_seen = [0]
 
         def on_interrupt(event: highspy.highs.HighsCallbackEvent) -> None:
             out = event.data_out
+            if budget is not None:
+                nodes = max(int(out.mip_node_count), nodes_seen[0])
+                fresh, nodes_seen[0] = nodes - nodes_seen[0], nodes
+                budget.charge(
+                    (CALLBACK_UNITS_PER_ENTRY + NODE_UNITS_PER_ENTRY * fresh) * self._size
+                )
+                if budget.expired():
+                    spent[0] = True
+                    event.interrupt()
+            if watch is None:
+                return
             watch.offer_bound(float(out.mip_dual_bound) + offset)
             if float(out.mip_primal_bound) < INF:
                 watch.offer(float(out.mip_primal_bound) + offset)
@@ -225,9 +274,13 @@ class Model:
                     done, _ = h.wait(POLL_S)
                 except KeyboardInterrupt:
                     # HiGHS stops at its next callback and hands back its incumbent.
-                    watch.interrupted = True
+                    if watch is not None:
+                        watch.interrupted = True
+                    else:
+                        raise
         finally:
             h.cbMipInterrupt -= on_interrupt
+        return spent[0]
 
     # -------------------------------------------------------------------- reads
     def has_solution(self) -> bool:

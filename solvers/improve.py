@@ -98,6 +98,9 @@ def improve_with_times(
     rounds = 0
     while not budget.expired() and (max_rounds is None or rounds < max_rounds):
         rounds += 1
+        # Work: the round's passes over every task's modes, and below, a longest-path
+        # pass per trial batch (`solvers.budget`: deterministic where wall time is not).
+        budget.charge(ip.n + pdur.size // 4)
         _, es, tail = times.arrays()
         reach = (es + tail)[:, None] + pdur  # makespan through task i in mode k
         with np.errstate(invalid="ignore"):  # inf padding times a zero S̄
@@ -118,6 +121,7 @@ def improve_with_times(
             new_c[sel] = [ip.costs[i][k] for i, k in zip(sel, ks, strict=True)]
             new_d = [ip.durations[i][k] for i, k in zip(sel, ks, strict=True)]
             trial = times.changed(sel, new_d, tails=False)
+            budget.charge(ip.n)
             new_h = trial.makespan
             new_obj = float(new_c.sum()) + sbar * new_h
             if len(sel) == 1 or (

@@ -37,7 +37,7 @@ def reoptimize(
     makes a window cheap. Every result is checked by the caller anyway.
     """
     exact.pin(modes, free)
-    exact.model.run(max(0.01, budget.remaining()))
+    exact.model.run(max(0.01, budget.remaining()), budget=budget)
     if not exact.model.has_solution():
         return None
     chosen = exact.read_modes()

@@ -206,7 +206,7 @@ class HullLP:
 
     @stop_at.setter
     def stop_at(self, value: float | None) -> None:
-        self.budget = None if value is None else Budget(value)
+        self.budget = None if value is None else Budget(value)  # a wall-clock reading
 
     def time_left(self) -> float:
         """Seconds left of `budget` (inf without one)."""
@@ -265,7 +265,8 @@ class HullLP:
         if left <= 0:
             raise TimeLimitReached("no time left for the LP relaxation")
         cold = self.cold_solve_s == 0.0
-        clock = Budget.unlimited().stopwatch()
+        # On the budget's own clock: on a work clock the estimates built on it count work.
+        clock = (self.budget or Budget.unlimited()).stopwatch()
         point = self._solve_network() if self.network is not None else self._solve_highs(left)
         if cold:
             self.cold_solve_s = max(clock(), 1e-9)
@@ -274,7 +275,9 @@ class HullLP:
     def _solve_network(self) -> LPPoint | None:
         assert self.network is not None
 
-        def check() -> None:
+        def check(units: float = 0.0) -> None:
+            if self.budget is not None:
+                self.budget.charge(units)
             if self.time_left() <= 0:
                 raise TimeLimitReached("the LP relaxation did not finish within the time limit")
 
@@ -294,6 +297,7 @@ class HullLP:
             left,
             ipm=self.warm is False or (cold and self.model.num_cols > IPM_COLUMNS),
             crossover=self.warm,
+            budget=self.budget,
         )
         if status == "failed":
             # Rare numerical trouble: retry once from scratch before giving up.

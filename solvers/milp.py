@@ -299,13 +299,13 @@ class ExactModel:
         self.model.set_option("mip_abs_gap", float(abs_gap))
         if warm is not None:
             self.start(warm)
-        status = self.model.run(max(0.05, budget.remaining()), watch=watch)
+        status = self.model.run(max(0.05, budget.remaining()), watch=watch, budget=budget)
         interrupted = watch is not None and watch.interrupted
         if warm is not None and not self.model.consistent() and not interrupted:
             # HiGHS 1.16 can hand back the start unchanged with another solution's
             # objective after presolve: solve again without the start.
             self.model.highs.clearSolver()
-            status = self.model.run(max(0.05, budget.remaining()), watch=watch)
+            status = self.model.run(max(0.05, budget.remaining()), watch=watch, budget=budget)
         return status
 
     def read_modes(self) -> list[int]:

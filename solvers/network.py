@@ -188,7 +188,7 @@ class HullNetwork:
         pinned: np.ndarray,
         pin_d: np.ndarray,
         pin_c: np.ndarray,
-        check: Callable[[], None] | None = None,
+        check: Callable[[float], None] | None = None,
     ) -> NetworkPoint | None:
         """The LP optimum at `deadline`; None when the deadline cannot be met.
 
@@ -197,7 +197,8 @@ class HullNetwork:
             held: devices are held to the deadline (H costs nothing).
             pinned: per task, whether its duration and cost are pinned.
             pin_d, pin_c: the pinned duration (s) and cost (J) per task.
-            check: raises to stop (a time limit), called between Newton steps.
+            check: called between Newton steps with the work done (`min_cost_circulation`);
+                raises to stop (a budget spent).
         """
         lo = np.where(pinned, pin_d, self.lo)
         hi = np.where(pinned, pin_d, self.hi)

@@ -276,7 +276,7 @@ def cyclic_plan(
     """
     cyclic = cyclic_model(ip, rep, period_max)
     cyclic.model.set_option("mip_rel_gap", CYCLIC_GAP)
-    cyclic.model.run(budget.remaining())
+    cyclic.model.run(budget.remaining(), budget=budget)
     if not cyclic.model.has_solution():
         return None
     return [row[0] for row in cyclic.choice()]

@@ -125,6 +125,8 @@ def _validate(p: Problem) -> None:
     if not p.tasks:
         raise ProblemError("the problem has no tasks; add at least one task")
     seen: dict[str, Task] = {}
+    # Tasks of a repeated DAG share one modes tuple (immutable): each is checked once.
+    checked: set[int] = set()
     for t in p.tasks:
         if not isinstance(t.name, str) or not t.name:
             raise ProblemError(f"task name must be a non-empty string, got {t.name!r}")
@@ -138,6 +140,9 @@ def _validate(p: Problem) -> None:
             )
         if not t.modes:
             raise ProblemError(f"task {t.name!r} has no modes; give it at least one")
+        if id(t.modes) in checked:
+            continue
+        checked.add(id(t.modes))
         for k, m in enumerate(t.modes):
             where = f"task {t.name!r} mode {k}"
             _check_number(m.duration, f"{where}: duration (s)")

@@ -163,8 +163,9 @@ def relax_once(
         rounded = repair(ip, rounded, deadline)
     best: list[int] | None = None
     best_e = np.inf
-    # The LP's budget bounds the improvement too (10 s without one).
-    budget = (lp.budget or Budget.unlimited()).child(10.0)
+    # The LP's budget bounds the improvement too (without one: 10 s of work, so that a
+    # frontier's points do not depend on the machine's load).
+    budget = lp.budget.child(10.0) if lp.budget is not None else Budget.of_work(10.0)
     for start in (rounded, *seeds):
         modes = improve(ip, start, deadline, budget)
         ev = ip.evaluate(modes, deadline)

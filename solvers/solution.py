@@ -18,8 +18,9 @@ class Solution:
 
     Attributes:
         status: ``"optimal"`` (its own `gap` is within the requested gap),
-            ``"time_limit"`` (the solver stopped at its time limit; `gap` says how far
-            from proved), ``"interrupted"`` (stopped by Ctrl-C; the best plan found),
+            ``"time_limit"`` (the solver stopped at its time limit or its budget of
+            work; `gap` says how far from proved), ``"interrupted"`` (stopped by
+            Ctrl-C; the best plan found),
             ``"feasible"`` (any other stop; `gap` against the certified bound),
             ``"evaluated"`` (an assignment given by the caller) or ``"late"``
             (an evaluated assignment that misses its deadline).
@@ -46,7 +47,8 @@ class Solution:
             of one path treated as independent).
         stop_reason: why the search stopped (`solvers.stopping.REASONS`):
             ``"optimal"``, ``"gap"`` (certified gap within the stop gap), ``"stalled"``,
-            ``"time_limit"``, ``"interrupted"`` or ``"done"``; empty when not solved.
+            ``"work_limit"`` (the budget of work, without a time limit), ``"time_limit"``,
+            ``"interrupted"`` or ``"done"``; empty when not solved.
     """
 
     status: str

@@ -279,8 +279,14 @@ METHODS: dict[str, Method] = {
 #: The method `solve` uses unless told.
 DEFAULT_METHOD = "auto"
 
-#: `solve`'s time limit unless told, s.
+#: The wall-clock time limit a caller that wants one usually gives, s. Without an
+#: explicit `time_limit`, `solve` runs on a budget of work instead (`DEFAULT_WORK_S`).
 DEFAULT_TIME_LIMIT_S = 60.0
+
+#: `solve`'s budget of work unless given a time limit, in reference seconds
+#: (`solvers.budget.WorkMeter`): its stop rules then count work alone, so one input
+#: gives one plan on any machine at any load.
+DEFAULT_WORK_S = 60.0
 
 #: `solve`'s optimality gap unless told (relative).
 DEFAULT_GAP = 1e-4
@@ -306,9 +312,11 @@ def solve(
     problem: Problem,
     deadline: float | None = None,
     method: str = DEFAULT_METHOD,
-    time_limit: float = DEFAULT_TIME_LIMIT_S,
+    time_limit: float | None = None,
     gap: float = DEFAULT_GAP,
     stop: StopRule | None = None,
+    *,
+    work_limit: float = DEFAULT_WORK_S,
 ) -> Solution:
     """Minimum-energy assignment of modes whose makespan meets `deadline`.
 
@@ -323,13 +331,17 @@ def solve(
             iterated improvement; gap reported), ``"milp"`` (exact, within
             `time_limit`) or ``"auto"`` (relax, then MILP windows, then the MILP
             warm-started from the best plan when it can be built in time).
-        time_limit: s of wall time, the hard cap.
+        time_limit: s of wall time, the hard cap; every share of the search is then
+            wall time, and a loaded machine may stop it sooner. None (or inf): no wall
+            limit; the search runs on `work_limit` instead.
         gap: relative optimality gap that counts as optimal.
         stop: when to stop before the time limit (`solvers.stopping.StopRule`). By
             default the method's own (`Method.stop`): relax and auto stop once the
             certified gap is ≤ 0.1 %, or once a search that improves a finished plan
             gains ≤ 0.01 % over a window; milp, the exact method, runs to `gap` or the
             time limit (`solvers.stopping.RUN_TO_LIMIT`, which the others take too).
+        work_limit: without `time_limit`, the work the search may do, in reference
+            seconds (`solvers.budget.WorkMeter`: the same on any machine at any load).
 
     Returns:
         The plan; `status` is ``"optimal"`` (its gap ≤ `gap`), ``"time_limit"``,
@@ -348,11 +360,15 @@ def solve(
         (0, 1)
     """
     chosen = method_named(method)
-    if not (isinstance(time_limit, (int, float)) and time_limit > 0):
+    if time_limit is not None and not (isinstance(time_limit, (int, float)) and time_limit > 0):
         raise ProblemError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
+    if not (isinstance(work_limit, (int, float)) and 0 < work_limit < math.inf):
+        raise ProblemError(f"work_limit must be a positive finite number, got {work_limit!r}")
     if not (isinstance(gap, (int, float)) and 0 <= gap < 1):
         raise ProblemError(f"gap must be a fraction in [0, 1), got {gap!r}")
-    budget = Budget.of(time_limit)
+    wall = Budget.unlimited().stopwatch()
+    on_wall = time_limit is not None and math.isfinite(time_limit)
+    budget = Budget.of(time_limit) if on_wall else Budget.of_work(work_limit)
     original = indexed(problem)
     t_fast, fast = fastest_plan(original)
     deadline = check_deadline(deadline, t_fast)
@@ -360,17 +376,18 @@ def solve(
     ip = scaled(original)
     at = None if deadline is None else deadline / ip.time_unit
     rule = stop or chosen.stop
-    watch = Watch(rule=rule, started=budget.started)
+    watch = Watch(rule=rule, clock=budget.clock, started=budget.started)
     inc = Incumbent.start(ip, at, fast, watch)
-    # The stages stop `_reserve` s before the limit, for checking the plan after them.
-    run = _Run(ip, inc, budget.child(keep=_reserve(time_limit)), gap, t_fast / ip.time_unit)
+    # The stages stop `_reserve` s before a wall limit, for checking the plan after them.
+    keep = _reserve(budget.limit_s) if on_wall else 0.0
+    run = _Run(ip, inc, budget.child(keep=keep), gap, t_fast / ip.time_unit)
     try:
         chosen.run(run)
     except KeyboardInterrupt:
         # Ctrl-C: keep the cheapest plan seen (the stage that was running may have held
         # a cheaper one than the last stage handed back).
         watch.interrupted = True
-    return _finish(original, inc, run, method, deadline, budget)
+    return _finish(original, inc, run, method, deadline, budget, wall)
 
 
 def _finish(
@@ -380,6 +397,7 @@ def _finish(
     method: str,
     deadline: float | None,
     budget: Budget,
+    wall: Callable[[], float],
 ) -> Solution:
     """The incumbent as a `Solution` in s and J, with its status and stop reason."""
     watch = inc.watch
@@ -404,7 +422,7 @@ def _finish(
         lower_bound=inc.bound * run.ip.energy_unit,
         solver=inc.solver or SOLVER_NAME,
         method=method,
-        wall_time_s=budget.elapsed(),
+        wall_time_s=wall(),
     )
     # The status follows the plan's own gap, whatever a solver said about its model.
     gap = run.gap
@@ -414,6 +432,12 @@ def _finish(
         status, reason, detail = "optimal", "optimal", f"gap {sol.gap:.3%} ≤ {gap:.3%}"
     elif watch.reason == "gap":
         status, reason, detail = "feasible", "gap", watch.detail
+    elif out_of_time and budget.counts_work:
+        status, reason = "time_limit", "work_limit"
+        detail = (
+            f"the work limit of {budget.limit_s:g} reference s (counted in work, the "
+            "same on any machine; a time limit replaces it)"
+        )
     elif out_of_time:
         status, reason = "time_limit", "time_limit"
         detail = f"the time limit of {budget.limit_s:g} s"
@@ -427,5 +451,5 @@ def _finish(
         status=status,
         stop_reason=reason,
         message="; ".join(notes),
-        wall_time_s=budget.elapsed(),
+        wall_time_s=wall(),
     )

@@ -203,7 +203,9 @@ def accept_exact(inc: Incumbent, res: MilpResult, solver: str) -> None:
     ip = inc.ip
     late = not meets(ip.evaluate(res.modes).makespan, deadline)
     if late and deadline is not None and not ip.coupled:
-        fixed = improve(ip, repair(ip, res.modes, deadline), deadline, Budget.of(1.0))
+        fixed = improve(
+            ip, repair(ip, res.modes, deadline), deadline, Budget.of(1.0, inc.watch.clock)
+        )
         if inc.offer(fixed, solver + " (repaired to the deadline)"):
             inc.notes.append(
                 f"{res.solver} MILP plan missed the deadline by its tolerance; repaired"

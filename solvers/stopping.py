@@ -10,13 +10,19 @@ A solve stops at the first of:
   (0.01 %) of the energy over the last window, the window being the longer of
   `StopRule.stall_min_s` and `StopRule.stall_share` of the time spent so far (so that
   a search that needed 40 s to find its first plan gets 20 s to improve it);
-- ``"time_limit"``: the time limit, which stays the hard cap;
+- ``"work_limit"``: the budget of work, when no time limit was given;
+- ``"time_limit"``: an explicit time limit, the hard cap on wall time;
 - ``"interrupted"``: Ctrl-C (KeyboardInterrupt); the best plan found is kept;
 - ``"done"``: every stage ran to its end (nothing left to try).
 
 Both rules apply once a first plan is finished (`Watch.arm`): building it (for relax:
 one LP, sweeps, dives, tiling) takes bounded shares of the time limit and finds most of
 what the search finds, while the searches after it would otherwise run to the limit.
+
+Seconds here are read on the solve's clock (`solvers.budget`): reference seconds of
+work charged, unless an explicit time limit puts the solve on the wall clock. So by
+default every rule counts work, and one input stops at one plan on any machine at any
+load.
 
 A `Watch` follows one solve: stages offer it every cheaper plan and every better bound,
 and ask it whether to go on. It is a plain object passed down, with an injectable clock,
@@ -47,7 +53,7 @@ STALL_MIN_S = 2.0
 STALL_SHARE = 0.5
 
 #: Why a solve stopped (`Solution.stop_reason`).
-REASONS = ("optimal", "gap", "stalled", "time_limit", "interrupted", "done")
+REASONS = ("optimal", "gap", "stalled", "work_limit", "time_limit", "interrupted", "done")
 
 
 @dataclass(frozen=True)
@@ -58,7 +64,7 @@ class StopRule:
         gap: stop once the certified relative gap is at most this (0: never).
         stall_gain: stop once the improving searches gained at most this share of the
             energy over the last window (0: never).
-        stall_min_s: shortest window, s.
+        stall_min_s: shortest window, s on the solve's clock (work by default).
         stall_share: window as a share of the time spent so far.
     """
 
@@ -84,7 +90,7 @@ class Watch:
 
     Attributes:
         rule: when to stop.
-        clock: a monotonic clock, s.
+        clock: the solve's clock (`solvers.budget`: work charged, or the wall), s.
         started: the clock's reading at the start of the solve.
         best: lowest energy offered so far (inf before any).
         bound: best certified lower bound so far (nan when none).

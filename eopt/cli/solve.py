@@ -48,7 +48,6 @@ from eopt.plan.solve import FrontierPlan, plan_frontier, savings, solve_plan
 from solvers.solve import (
     DEFAULT_GAP,
     DEFAULT_METHOD,
-    DEFAULT_TIME_LIMIT_S,
     METHODS,
     method_named,
 )
@@ -69,6 +68,7 @@ STOP_OPTIONS = {
     "gap": "--stop-gap",
     "stalled": "--stall",
     "time_limit": "--time-limit",
+    "work_limit": "--time-limit",
 }
 
 
@@ -347,7 +347,7 @@ def _progress(*columns: ProgressColumn) -> Progress:
 
 
 def _run_frontier(
-    plan: Plan, library: Library | None, points: int, method: str, time_limit: float
+    plan: Plan, library: Library | None, points: int, method: str, time_limit: float | None
 ) -> list[FrontierPlan]:
     with _progress(
         TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), TimeRemainingColumn()
@@ -389,10 +389,9 @@ def _run_frontier(
 @click.option(
     "--time-limit",
     type=Quantity("s", positive=True),
-    default=f"{DEFAULT_TIME_LIMIT_S:g}s",
-    show_default=True,
     help="Wall time for the whole solve, reading and building the problem included "
-    "(per point with --frontier).",
+    "(per point with --frontier). Without it the search stops by rules that count work, "
+    "so one plan comes out on any machine at any load.",
 )
 @click.option(
     "--gap",
@@ -410,8 +409,9 @@ def _run_frontier(
 @click.option(
     "--stall",
     type=Fraction(),
-    help="Stop once the search gains at most this over a window (2 s, or half the time "
-    f"spent if longer) {_stop_default_help(STALL_GAIN)}. 0 never stops on a stall.",
+    help="Stop once the search gains at most this over a window (2 reference seconds of "
+    "work, or half the work done if longer; wall seconds under --time-limit) "
+    f"{_stop_default_help(STALL_GAIN)}. 0 never stops on a stall.",
 )
 @click.option(
     "--library",
@@ -462,7 +462,7 @@ def command(
     deadline: float | None,
     slowdown: float | None,
     method: str,
-    time_limit: float,
+    time_limit: float | None,
     gap: float,
     stop_gap: float | None,
     stall: float | None,
@@ -485,11 +485,13 @@ def command(
 
     auto and relax stop once the plan is certified within --stop-gap (0.1 %) of the
     optimum, or once the search gains no more than --stall (0.01 %) over a window; the
-    last lines say why it stopped. --time-limit is the hard cap and covers everything,
-    reading and building the problem included: the solver stops in time with the best
-    plan found so far, and a plan too large to build within the limit is refused with
-    the limit it needs. Ctrl-C stops the search, keeps the best plan found, and writes
-    it (-o) before exiting with status 130.
+    last lines say why it stopped. Those rules count work, not seconds, and so does the
+    search's own budget: the same plan on any machine at any load. --time-limit adds a
+    wall-clock cap that covers everything, reading and building the problem included:
+    the solver stops in time with the best plan found so far (and says so), and a plan
+    too large to build within the limit is refused with the limit it needs. Ctrl-C stops
+    the search, keeps the best plan found, and writes it (-o) before exiting with status
+    130.
 
     \b
     Examples:
@@ -529,11 +531,8 @@ def command(
     # relax and auto search until the time limit or until they stall: show that work
     # is going on (on stderr, so that --json output stays clean).
     with _progress(TimeElapsedColumn()) as progress:
-        progress.add_task(
-            f"solving {len(plan.elements)} elements ({method}, at most "
-            f"{format_time(time_limit, 3)})",
-            total=None,
-        )
+        cap = f", at most {format_time(time_limit, 3)}" if time_limit is not None else ""
+        progress.add_task(f"solving {len(plan.elements)} elements ({method}{cap})", total=None)
         solve_args: dict[str, Any] = {
             "deadline": deadline,
             "slowdown": slowdown,

@@ -39,7 +39,8 @@ class TimeBudget:
     """Wall time for one solve, counted from ``started``.
 
     Args:
-        limit_s: The whole budget, in s (finite, > 0).
+        limit_s: The whole budget, in s (finite, > 0); None: no wall limit (the solver
+            then stops by rules that count work, the same on any machine).
         clock: A monotonic clock in s (default: the solvers' clock; tests inject their
             own).
         started: The clock's reading when the budget began (default: now), e.g. the
@@ -56,7 +57,7 @@ class TimeBudget:
 
     def __init__(
         self,
-        limit_s: float,
+        limit_s: float | None,
         clock: Callable[[], float] | None = None,
         started: float | None = None,
     ) -> None:
@@ -64,15 +65,29 @@ class TimeBudget:
         # savings (eopt report) imports this module without solving anything.
         from solvers.budget import Budget, now
 
-        if not (isinstance(limit_s, (int, float)) and limit_s > 0):
+        if limit_s is None:
+            # No wall limit: the solver runs on its budget of work (`solvers.budget`),
+            # and the stages here are only logged.
+            limit_s = math.inf
+        elif not (isinstance(limit_s, (int, float)) and limit_s > 0):
             raise PlanError(f"time limit must be > 0 s, got {limit_s!r}")
-        if not math.isfinite(limit_s):
+        elif not math.isfinite(limit_s):
             raise PlanError(f"time limit must be finite, got {limit_s!r}")
         clock = clock or now
         start = clock() if started is None else started
         self.limit_s = float(limit_s)
         self.budget: Budget = Budget(start + self.limit_s, clock, start)
         self.stages: list[tuple[str, float]] = []
+
+    @property
+    def limited(self) -> bool:
+        """True under a wall-clock limit; False when the solver counts work instead."""
+        return math.isfinite(self.limit_s)
+
+    def solver_limit(self, seconds: float) -> float | None:
+        """The ``time_limit`` to hand `solvers.solve` for `seconds` of this budget:
+        None without a wall limit (the solver then runs on its budget of work)."""
+        return seconds if self.limited else None
 
     def spent(self) -> float:
         """Seconds used so far."""
@@ -95,7 +110,7 @@ class TimeBudget:
         """
         spent = self.spent()
         self.stages.append((stage, spent - sum(s for _, s in self.stages)))
-        if self.left() >= MIN_SOLVE_S:
+        if not self.limited or self.left() >= MIN_SOLVE_S:
             return
         done = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in self.stages)
         # Building is a fixed cost; the solver then wants at least as long again.

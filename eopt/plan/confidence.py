@@ -524,7 +524,7 @@ def solve_with_confidence(
     deadline: float | None = None,
     slowdown: float | None = None,
     method: str = "auto",
-    time_limit: float = 60.0,
+    time_limit: float | None = None,
     gap: float = 1e-4,
     library: Library | None = None,
     *,
@@ -546,7 +546,8 @@ def solve_with_confidence(
         deadline: Makespan bound D in s (see :func:`~eopt.plan.solve.resolve_deadline`).
         slowdown: D relative to the fastest makespan (0.05 = fastest + 5 %).
         method: Solver method (``"auto"``, ``"milp"``, ``"relax"``).
-        time_limit: Wall time for everything, in s.
+        time_limit: Wall time for everything, in s; None: no wall limit (the solves
+            stop by rules that count work).
         gap: Relative optimality gap of each solve.
         library: Signatures; default: the plan's libraries.
         static: One device-wide setting per device for the whole plan.
@@ -569,6 +570,7 @@ def solve_with_confidence(
         solvers.InfeasibleDeadline: D is below the fastest makespan.
     """
     from solvers import fastest_makespan, solve
+    from solvers.solve import DEFAULT_WORK_S
 
     started = time.perf_counter()
     if not 0.0 < confidence < 1.0:
@@ -597,7 +599,7 @@ def solve_with_confidence(
         gap=gap,
         library=library,
         static=static,
-        budget=TimeBudget(budget.share(MEAN_PLAN_SHARE)),
+        budget=TimeBudget(budget.share(MEAN_PLAN_SHARE) if budget.limited else None),
         stop=stop,
     )
     mean_modes = _modes_of(target, mean_schedule)
@@ -643,7 +645,8 @@ def solve_with_confidence(
                 target.problem,
                 deadline=at,
                 method=method,
-                time_limit=budget.share(1.0 / max(1, left)),
+                time_limit=budget.solver_limit(budget.share(1.0 / max(1, left))),
+                work_limit=DEFAULT_WORK_S / max(1, left),
                 gap=gap,
                 stop=stop,
             )
@@ -711,7 +714,7 @@ def solve_with_confidence(
         wall_time_s=time.perf_counter() - started,
     )
     meta = {**schedule.meta, META_KEY: result.to_dict(), "wall_time_s": budget.spent()}
-    meta["time_limit_s"] = budget.limit_s
+    meta["time_limit_s"] = budget.limit_s if budget.limited else None
     return replace(schedule, meta=meta), result
 
 

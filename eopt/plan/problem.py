@@ -348,11 +348,14 @@ def build_problem(plan: Plan, library: Library | None = None, prune: bool = True
             distinct = {id(choice[j]): choice[j] for choice in task.choices}
             cells[member] = tuple(distinct.values())
 
-    tasks = [
-        Task(
-            name=task.name,
-            device=task.device,
-            modes=tuple(
+    # Tasks from one template share its modes (immutable): a pipeline's thousands of
+    # elements then cost one tuple of modes per element type and device, not each.
+    modes_of: dict[int, tuple[Mode, ...]] = {}
+
+    def modes(task: PlanTask) -> tuple[Mode, ...]:
+        key = id(task.signatures)
+        if key not in modes_of:
+            modes_of[key] = tuple(
                 Mode(
                     duration=sig.time,
                     energy=sig.energy,
@@ -362,9 +365,11 @@ def build_problem(plan: Plan, library: Library | None = None, prune: bool = True
                     setting=_setting(choice[0]),
                 )
                 for choice, sig in zip(task.choices, task.signatures, strict=True)
-            ),
-        )
-        for task in plan_tasks.values()
+            )
+        return modes_of[key]
+
+    tasks = [
+        Task(name=task.name, device=task.device, modes=modes(task)) for task in plan_tasks.values()
     ]
     transition = {
         d.name: (d.transition_time_s, d.transition_energy_j)

@@ -230,7 +230,7 @@ def solve_plan(
     deadline: float | None = None,
     slowdown: float | None = None,
     method: str = "auto",
-    time_limit: float = 60.0,
+    time_limit: float | None = None,
     gap: float = 1e-4,
     library: Library | None = None,
     *,
@@ -249,7 +249,9 @@ def solve_plan(
         deadline: Makespan bound in s; see :func:`resolve_deadline` for the defaults.
         slowdown: Bound relative to the fastest makespan (0.05 = fastest + 5 %).
         method: ``"auto"``, ``"milp"`` or ``"relax"`` (see ``solvers.solve``).
-        time_limit: Wall time for everything, building the problem included, in s.
+        time_limit: Wall time for everything, building the problem included, in s;
+            None (the default): no wall limit, and every solve stops by rules that count
+            work, so one plan comes out on any machine at any load.
         gap: Relative optimality gap at which the MILP may stop.
         library: Signatures; default: the plan's libraries.
         static: One device-wide setting per device for the whole plan (what ``eopt
@@ -274,7 +276,7 @@ def solve_plan(
     from solvers import check_deadline, fastest_makespan, solve
     from solvers.deadline import meets
     from solvers.exceptions import ADVICE_RTOL, round_up
-    from solvers.solve import method_named
+    from solvers.solve import DEFAULT_WORK_S, method_named
 
     budget = budget or TimeBudget(time_limit)
     size = f"{len(plan.elements)} elements"
@@ -299,8 +301,23 @@ def solve_plan(
                 "per-element fastest), or solve without --static"
             )
 
-    def run(problem: Any, at: float | None, seconds: float, rule: StopRule | None = stop) -> Any:
-        return solve(problem, deadline=at, method=method, time_limit=seconds, gap=gap, stop=rule)
+    def run(
+        problem: Any,
+        at: float | None,
+        seconds: float,
+        rule: StopRule | None = stop,
+        part: float = 1.0,
+    ) -> Any:
+        # Without a wall limit each solve gets its part of the work budget instead.
+        return solve(
+            problem,
+            deadline=at,
+            method=method,
+            time_limit=budget.solver_limit(seconds),
+            work_limit=part * DEFAULT_WORK_S,
+            gap=gap,
+            stop=rule,
+        )
 
     # The side solves stop on a shorter stall window, unless a rule was given (a method
     # that runs to its limit never stalls, whatever the window).
@@ -316,18 +333,20 @@ def solve_plan(
     # "interrupted") and every solve after it: the plan found for the fastest makespan
     # meets any looser deadline, so it stands in for the plan asked for.
     at_fastest = (
-        None if tight else run(target.problem, t_target, budget.share(SIDE_SHARE), side_rule)
+        None
+        if tight
+        else run(target.problem, t_target, budget.share(SIDE_SHARE), side_rule, SIDE_SHARE)
     )
     per_element = None
     if static and not interrupted(at_fastest):
-        per_element = run(pp.problem, bound, budget.share(SIDE_SHARE), side_rule)
+        per_element = run(pp.problem, bound, budget.share(SIDE_SHARE), side_rule, SIDE_SHARE)
     given = budget.share(1.0, keep=finish)
     if interrupted(at_fastest) or interrupted(per_element):
         assert at_fastest is not None  # a static solve has a side solve first
         sol = _instead(at_fastest, bound)
     else:
         sol = run(target.problem, bound, given)
-    if sol.status == "time_limit":
+    if sol.status == "time_limit" and budget.limited:
         note = (
             f"this plan had {given:.3g} s of the {budget.limit_s:g} s limit (the rest went "
             "to reading and building the problem and to the plans it is compared with); "
@@ -354,7 +373,7 @@ def solve_plan(
             "per_element_makespan_s": float(per_element.makespan),
             "extra_energy_j": float(sol.energy) - float(per_element.energy),
         }
-    meta["time_limit_s"] = budget.limit_s
+    meta["time_limit_s"] = budget.limit_s if budget.limited else None
     meta["wall_time_s"] = budget.spent()
     # Fractions of a zero (or negative: overlaps can draw less than idle) all-fastest
     # energy mean nothing: such a schedule carries no headline.

@@ -97,6 +97,11 @@ REAL_RUN_LINES = {
         r"^Repeat spread, target energy CV ×0\.5–×2 of the data",
         r"^\s*setting\s+seed\s+energy CV real\s+sim\s+sim/real",
     ),
+    "solve_scale_large.py": (
+        r"^\s*case\s+measured\s+target",
+        r"^\s*GPT-3 \d+ × \d+ \(\d+ tasks\), default solve\s+plan [\d.]+ s \+ solve [\d.]+ s CPU",
+        r"^\s*\d+ × \d+ at 1\.05 ×, clock 50 × fast\s+identical plan",
+    ),
     "solve_time_limit.py": (
         r"^\s*limit\s+wall\s+charged\s+status",
         r"^Fixed costs before any solver can stop \(in-process\):",

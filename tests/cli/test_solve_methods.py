@@ -4,6 +4,7 @@ and the one budget of a solve is the solvers' Budget."""
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -15,7 +16,7 @@ import solvers
 from eopt.cli import cli
 from eopt.cli.solve import stop_rule
 from eopt.model.planfile import read_plan
-from eopt.model.units import parse_fraction, parse_quantity
+from eopt.model.units import parse_fraction
 from eopt.plan.budget import TimeBudget
 from eopt.plan.solve import SIDE_STALL_MIN_S, solve_plan
 from solvers.budget import Budget
@@ -23,7 +24,6 @@ from solvers.problem import Mode, Problem, Task
 from solvers.solve import (
     DEFAULT_GAP,
     DEFAULT_METHOD,
-    DEFAULT_TIME_LIMIT_S,
     METHODS,
     method_named,
 )
@@ -50,7 +50,12 @@ def test_method_choices_help_and_default_are_the_table_s() -> None:
 def test_solver_defaults_are_the_cli_defaults() -> None:
     options = solve_options()
     assert parse_fraction(options["gap"].default) == pytest.approx(DEFAULT_GAP)
-    assert parse_quantity(options["time_limit"].default, "s") == DEFAULT_TIME_LIMIT_S
+    # No wall limit unless asked for: the solver then stops by work alone, as it does
+    # when called without one.
+    command = cli.get_command(click.Context(cli), "solve")
+    assert command is not None
+    assert command.make_context("solve", ["plan.yaml"]).params["time_limit"] is None
+    assert inspect.signature(solvers.solve).parameters["time_limit"].default is None
 
 
 @pytest.mark.parametrize(("option", "default"), [("stop_gap", STOP_GAP), ("stall", STALL_GAIN)])

@@ -202,3 +202,22 @@ def test_eliminating_nodes_solves_the_same_system() -> None:
     expect = np.linalg.solve(dense, rhs)
     assert plain.factor(theta)(rhs) == pytest.approx(expect, rel=1e-9)
     assert reduced.factor(theta)(rhs) == pytest.approx(expect, rel=1e-9)
+
+
+def test_later_factorizations_reuse_the_ordering_and_still_solve_exactly() -> None:
+    rng = np.random.default_rng(5)
+    nodes = 40
+    tail = rng.integers(0, nodes, 160)
+    head = (tail + rng.integers(1, nodes, 160)) % nodes
+    # A chain keeps the graph connected; nodes 30–39 hang off it and may be eliminated.
+    tail = np.concatenate([tail, np.arange(nodes - 1)])
+    head = np.concatenate([head, np.arange(1, nodes)])
+    lap = Laplacian(tail, head, nodes, ground=0, eliminate=np.arange(30, 40))
+    inc = lap.incidence.toarray()
+    for _ in range(3):  # the first factorization orders, the later ones reuse it
+        theta = 10.0 ** rng.uniform(-6, 6, len(tail))
+        rhs = rng.normal(size=nodes - 1)
+        expect = np.linalg.solve(inc @ np.diag(theta) @ inc.T, rhs)
+        got = lap.factor(theta)(rhs)
+        assert np.max(np.abs(got - expect)) <= 1e-7 * np.max(np.abs(expect))
+    assert lap._order is not None and sorted(lap._order) == list(range(lap.schur_size))
