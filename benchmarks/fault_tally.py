@@ -21,6 +21,7 @@ acceptances, 0 hangs and 0 lost results. ``--smoke`` runs one suite's quick case
 from __future__ import annotations
 
 import io
+import os
 import sys
 import time
 from collections import Counter
@@ -67,6 +68,9 @@ class Tally:
         def watched(argv: Any = None, *args: Any, **kwargs: Any) -> Any:
             watch = tally.current if tally.current is not None else CaseWatch()
             watch.calls += 1
+            debug = "--debug" in [str(a) for a in (argv or [])] or bool(
+                os.environ.get("EOPT_DEBUG")
+            )
             started = time.perf_counter()
             err = io.StringIO()
             code = 0
@@ -80,14 +84,14 @@ class Tally:
                 code = 130
                 raise
             except BaseException:
-                watch.crashed = True
+                # `--debug` asks for the exception itself: that is not a crash.
+                watch.crashed = watch.crashed or not debug
                 code = 1
                 raise
             finally:
                 text = err.getvalue()
                 shown = "Traceback (most recent call last)" in text or "internal error" in text
-                # `--debug` cases ask for the traceback: that is not a crash.
-                if shown and "--debug" not in [str(a) for a in (argv or [])]:
+                if shown and not debug:
                     watch.crashed = True
                 watch.exits.append(code)
                 watch.longest_s = max(watch.longest_s, time.perf_counter() - started)

@@ -34,6 +34,11 @@ def test_accepted_but_should_not_be():
     assert _run(["frontier", LIB]) == 1  # a "bad" input eopt accepts: silent
 
 
+def test_debug_hands_out_the_exception():
+    with pytest.raises(Exception):
+        eopt.cli.main(["frontier", LIB + ".missing", "--debug"])
+
+
 def test_internal_error(monkeypatch):
     import eopt.model.library
 
@@ -76,6 +81,7 @@ def test_each_outcome_is_named_for_what_eopt_did(tmp_path, tally_module, monkeyp
     outcomes = {node.split("::")[-1]: outcome for _suite, node, outcome in tally.rows}
     assert outcomes == {
         "test_refused_in_one_line": "good",
+        "test_debug_hands_out_the_exception": "good",
         "test_accepted_but_should_not_be": "silent",
         "test_internal_error": "crash",
     }
