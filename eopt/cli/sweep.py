@@ -549,15 +549,7 @@ def _run_ray(
     """The sweep on a Ray cluster, with one progress bar and each GPU's rate."""
     from eopt.runs.ray_sweep import ray_sweep
 
-    columns = (
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-    )
-    bar = Progress(*columns, console=err_console, transient=True, disable=quiet)
+    bar = _sweep_bar(quiet)
     with bar:
         task = bar.add_task(f"sweep {spec.name} on Ray", total=len(grid))
 
@@ -585,6 +577,19 @@ def _run_ray(
             raise
 
 
+def _sweep_bar(quiet: bool) -> Progress:
+    """The sweep's progress bar on stderr: cells done of the grid, elapsed and ETA."""
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+    )
+    return Progress(*columns, console=err_console, transient=True, disable=quiet)
+
+
 def _run(
     spec: Any,
     grid: Grid,
@@ -597,15 +602,7 @@ def _run(
     quiet: bool = False,
     shard: Shard | None = None,
 ) -> SweepResult:
-    columns = (
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-    )
-    bar = Progress(*columns, console=err_console, transient=True, disable=quiet)
+    bar = _sweep_bar(quiet)
     with bar:
         task = bar.add_task(f"sweep {spec.name}", total=len(grid))
         if shard is not None:
