@@ -1,4 +1,4 @@
-"""``eopt apply SCHEDULE -- CMD``: the element hook that switches the GPU per element.
+"""``eopt apply SCHEDULE --elements -- CMD``: the element hook that switches the GPU per element.
 
 ``eopt apply`` configures the program's process through the environment; the program's
 first :func:`eopt.element` loads :func:`hook`, which builds the runtime controller

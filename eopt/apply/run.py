@@ -208,7 +208,7 @@ def _call(command: Sequence[str], env: Mapping[str, str], stdout: Any = None) ->
     from eopt.measure.command import run_child
 
     if not command:
-        raise ApplyError("no command given; usage: eopt apply SCHEDULE -- CMD [ARGS…]")
+        raise ApplyError("no command given; usage: eopt apply SCHEDULE --elements -- CMD [ARGS…]")
     try:
         return run_child(command, {**os.environ, **env}, stdout=stdout).returncode
     except FileNotFoundError:

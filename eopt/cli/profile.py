@@ -128,7 +128,7 @@ def command(
     within one run instead. --no-control leaves the GPU as it is.
 
     The library feeds `eopt plan pipeline --library`; then `eopt solve` and
-    `eopt apply SCHEDULE -- CMD` runs the same program at its plan.
+    `eopt apply SCHEDULE --elements -- CMD` runs the same program at its plan.
 
     \b
     Examples:
