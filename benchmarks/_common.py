@@ -620,6 +620,18 @@ class Verdicts:
             print(SMOKE_VERDICTS)
 
 
+def finish(
+    verdicts: Verdicts, args: argparse.Namespace, name: str, payload: Any, started: float
+) -> int:
+    """A benchmark's last lines: its run time, the verdicts, the results file unless
+    ``args.no_save``; returns the exit status (``args.strict``)."""
+    print(f"\n{time.perf_counter() - started:.0f} s")
+    verdicts.summary()
+    if not args.no_save:
+        print(f"wrote {write_results(name, payload)}")
+    return verdicts.exit_status(args.strict)
+
+
 def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], title: str = "") -> None:
     """Print an aligned plain-text table (numbers right-aligned)."""
     body = [[_cell(c) for c in row] for row in rows]

@@ -213,11 +213,7 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
             verdicts.lines.append((r["ok"], f"{kind}, seed {seed}"))
-    print(f"\n{time.perf_counter() - started:.0f} s")
-    verdicts.summary()
-    if not args.no_save:
-        print(f"wrote {common.write_results(NAME, {'draws': args.draws, 'rows': results})}")
-    return verdicts.exit_status(args.strict)
+    return common.finish(verdicts, args, NAME, {"draws": args.draws, "rows": results}, started)
 
 
 if __name__ == "__main__":

@@ -290,11 +290,7 @@ def main(argv: list[str] | None = None) -> int:
             part = [r for r in everyone if keep(r)]
             if part:
                 print(_row(what, "all", part, ""))
-    print(f"\n{time.perf_counter() - started:.0f} s")
-    verdicts.summary()
-    if not args.no_save:
-        print(f"wrote {common.write_results(NAME, results)}")
-    return verdicts.exit_status(args.strict)
+    return common.finish(verdicts, args, NAME, results, started)
 
 
 if __name__ == "__main__":

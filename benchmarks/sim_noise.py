@@ -150,11 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     spread = [r for r in rows if r[0] == "default"]
     if spread:
         print(f"default clock, sim energy CV over seeds: {', '.join(r[3] for r in spread)}")
-    print(f"\n{time.perf_counter() - started:.0f} s")
-    verdicts.summary()
-    if not args.no_save:
-        print(f"wrote {common.write_results(NAME, results)}")
-    return verdicts.exit_status(args.strict)
+    return common.finish(verdicts, args, NAME, results, started)
 
 
 if __name__ == "__main__":

@@ -205,13 +205,8 @@ def run_on_devices(
 
 
 def _call(command: Sequence[str], env: Mapping[str, str], stdout: Any = None) -> int:
-    from eopt.measure.command import run_child
+    from eopt.measure.command import run_program
 
     if not command:
         raise ApplyError("no command given; usage: eopt apply SCHEDULE --elements -- CMD [ARGS…]")
-    try:
-        return run_child(command, {**os.environ, **env}, stdout=stdout).returncode
-    except FileNotFoundError:
-        raise ApplyError(f"command not found: {command[0]!r}") from None
-    except PermissionError:
-        raise ApplyError(f"command is not executable: {command[0]!r}") from None
+    return run_program(command, env, ApplyError, stdout)

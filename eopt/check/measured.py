@@ -31,7 +31,7 @@ from eopt.calculus.interactions import InteractionGraph
 from eopt.calculus.uncertainty import DEFAULT_CONFIDENCE
 from eopt.check.result_file import CHECK_SCHEMA, report_dict
 from eopt.model.confidence import c_alpha
-from eopt.model.fileformats import FileFormatError, Where, parse_json, read_text
+from eopt.model.fileformats import FileFormatError, Where, number, parse_json, read_text
 from eopt.model.schedule import Schedule, ScheduledElement
 from eopt.model.signature import Signature
 
@@ -70,14 +70,6 @@ class RecordedCall:
     error_j: float = 0.0
 
 
-def _number(value: Any, at: Where, *, minimum: float | None = 0.0) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        at.fail(f"expected a finite number, got {value!r}")
-    if minimum is not None and value < minimum:
-        at.fail(f"expected a number ≥ {minimum:g}, got {value!r}")
-    return float(value)
-
-
 def read_recorded_calls(path: str | os.PathLike[str]) -> tuple[RecordedCall, ...]:
     """The element calls of a recorded run (``eopt.regions-report/1``).
 
@@ -104,8 +96,8 @@ def read_recorded_calls(path: str | os.PathLike[str]) -> tuple[RecordedCall, ...
         where = at / "events" / i
         if not isinstance(item, Mapping) or not isinstance(item.get("name"), str):
             where.fail("expected an object with name, start_s, end_s and energy_j")
-        start = _number(item.get("start_s"), where / "start_s", minimum=None)
-        end = _number(item.get("end_s"), where / "end_s", minimum=None)
+        start = number(item.get("start_s"), where / "start_s", unit="s")
+        end = number(item.get("end_s"), where / "end_s", unit="s")
         if end < start:
             (where / "end_s").fail(f"{end:g} s is before its start {start:g} s")
         energy = item.get("energy_j")
@@ -116,8 +108,8 @@ def read_recorded_calls(path: str | os.PathLike[str]) -> tuple[RecordedCall, ...
                 item["name"],
                 start,
                 end - start,
-                _number(energy, where / "energy_j"),
-                _number(item.get("error_j", 0.0), where / "error_j"),
+                number(energy, where / "energy_j", unit="J", min=0.0),
+                number(item.get("error_j", 0.0), where / "error_j", unit="J", min=0.0),
             )
         )
     if events:
@@ -135,9 +127,9 @@ def read_recorded_calls(path: str | os.PathLike[str]) -> tuple[RecordedCall, ...
         if item.get("energy_j") is None:
             continue
         name = str(item["name"]).rpartition("/")[2]
-        energy = _number(item["energy_j"], where / "energy_j") / n
-        time = _number(item.get("time_s"), where / "time_s") / n
-        error = _number(item.get("error_j", 0.0), where / "error_j") / n
+        energy = number(item["energy_j"], where / "energy_j", unit="J", min=0.0) / n
+        time = number(item.get("time_s"), where / "time_s", unit="s", min=0.0) / n
+        error = number(item.get("error_j", 0.0), where / "error_j", unit="J", min=0.0) / n
         calls += [RecordedCall(name, math.nan, time, energy, error)] * n
     return tuple(calls)
 

@@ -40,6 +40,7 @@ __all__ = [
     "measure_regions",
     "require_wall_clock",
     "run_child",
+    "run_program",
 ]
 
 
@@ -173,6 +174,33 @@ def run_child(
     if fd is subprocess.PIPE and stdout is not None:
         stdout.write(proc.stdout.decode("utf-8", "replace"))
     return proc
+
+
+def run_program(
+    command: Sequence[str],
+    env: Mapping[str, str],
+    error: type[Exception],
+    stdout: IO[Any] | None = None,
+) -> int:
+    """Run a user's program to its end, with ``env`` added to this process's environment.
+
+    Args:
+        command: The program and its arguments.
+        env: Variables to set for it, over this process's environment.
+        error: What to raise, in one line, when the program cannot be started.
+        stdout: Where its standard output goes (see :func:`run_child`).
+
+    Returns:
+        Its exit status.
+    """
+    if not command:
+        raise error("no command given: put the program after `--`, e.g. -- python train.py")
+    try:
+        return run_child(command, {**os.environ, **env}, stdout=stdout).returncode
+    except FileNotFoundError:
+        raise error(f"command not found: {command[0]!r}") from None
+    except PermissionError:
+        raise error(f"command is not executable: {command[0]!r}") from None
 
 
 def measure_command(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,6 +76,22 @@ class OperatingPoint:
             parts.append(f"{self.power_limit_w:g}W")
         parts.extend(f"{k}={v}" for k, v in sorted(self.extras.items()))
         return "/".join(parts) if parts else "default"
+
+    def text(self, empty: str = "default", fmt: Callable[[float], str] = "{:g}".format) -> str:
+        """The setting in words for people, e.g. ``1200 MHz / 300 W``.
+
+        Args:
+            empty: What a point that sets nothing reads as.
+            fmt: How each number is written.
+        """
+        parts = []
+        if self.sm_clock_mhz is not None:
+            parts.append(f"{fmt(self.sm_clock_mhz)} MHz")
+        if self.mem_clock_mhz is not None:
+            parts.append(f"mem {fmt(self.mem_clock_mhz)} MHz")
+        if self.power_limit_w is not None:
+            parts.append(f"{fmt(self.power_limit_w)} W")
+        return " / ".join(parts) if parts else empty
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready mapping; ``None`` fields are omitted."""

@@ -257,14 +257,7 @@ def setting_key(element: ScheduledElement) -> OperatingPoint:
 
 def setting_text(point: OperatingPoint) -> str:
     """Legend text of a device-wide setting, e.g. ``1410 MHz`` or ``1200 MHz / 300 W``."""
-    parts = []
-    if point.sm_clock_mhz is not None:
-        parts.append(f"{fmt_num(point.sm_clock_mhz)} MHz")
-    if point.mem_clock_mhz is not None:
-        parts.append(f"mem {fmt_num(point.mem_clock_mhz)} MHz")
-    if point.power_limit_w is not None:
-        parts.append(f"{fmt_num(point.power_limit_w)} W")
-    return " / ".join(parts) if parts else "default"
+    return point.text(fmt=fmt_num)
 
 
 def setting_colors(points: Sequence[OperatingPoint]) -> dict[OperatingPoint, str]:

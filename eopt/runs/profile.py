@@ -290,33 +290,15 @@ def profile_on_sim(
 def _progress_line(
     r: int, n: int, points: Sequence[OperatingPoint], indices: Sequence[int], calls: Any, code: int
 ) -> str:
-    where = ", ".join(_point_text(points[i]) for i in indices)
+    where = ", ".join(points[i].text("the current setting") for i in indices)
     status = "" if code == 0 else f", exit status {code}"
     return f"run {r + 1}/{n} at {where}: {len(calls)} element calls{status}"
 
 
-def _point_text(point: OperatingPoint) -> str:
-    parts = []
-    if point.sm_clock_mhz is not None:
-        parts.append(f"{point.sm_clock_mhz:g} MHz")
-    if point.mem_clock_mhz is not None:
-        parts.append(f"mem {point.mem_clock_mhz:g} MHz")
-    if point.power_limit_w is not None:
-        parts.append(f"{point.power_limit_w:g} W")
-    return " ".join(parts) or "the current setting"
-
-
 def _run(command: Sequence[str], env: Mapping[str, str], stdout: Any = None) -> int:
-    import os
+    from eopt.measure.command import run_program
 
-    from eopt.measure.command import run_child
-
-    try:
-        return run_child(command, {**os.environ, **env}, stdout=stdout).returncode
-    except FileNotFoundError:
-        raise ProfileError(f"command not found: {command[0]!r}") from None
-    except PermissionError:
-        raise ProfileError(f"command is not executable: {command[0]!r}") from None
+    return run_program(command, env, ProfileError, stdout)
 
 
 # On a GPU ------------------------------------------------------------------------------------

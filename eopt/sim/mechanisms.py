@@ -197,6 +197,20 @@ class MechanismParams:
 MAX_TIME_JITTER = 0.2
 
 
+#: The fields of :class:`NoiseModel` that carry noise from one launch to the next (the
+#: slow wander and the warm-up drift), each a relative size.
+_SLOW_NOISE = (
+    "wander_power_locked",
+    "wander_power_unlocked",
+    "wander_time_locked",
+    "wander_time_unlocked",
+    "warmup_power_locked",
+    "warmup_power_unlocked",
+    "warmup_time_locked",
+    "warmup_time_unlocked",
+)
+
+
 @dataclass(frozen=True)
 class NoiseModel:
     """Run-to-run variation beyond the profile's ``time_jitter``/``activity_jitter``.
@@ -278,19 +292,7 @@ class NoiseModel:
         Args:
             **changes: Other fields to set (e.g. ``time_jitter``).
         """
-        quiet = dict.fromkeys(
-            (
-                "wander_power_locked",
-                "wander_power_unlocked",
-                "wander_time_locked",
-                "wander_time_unlocked",
-                "warmup_power_locked",
-                "warmup_power_unlocked",
-                "warmup_time_locked",
-                "warmup_time_unlocked",
-            ),
-            0.0,
-        )
+        quiet = dict.fromkeys(_SLOW_NOISE, 0.0)
         return cls(**{**quiet, **changes})
 
     def __post_init__(self) -> None:
@@ -303,19 +305,7 @@ class NoiseModel:
             raise ValueError(
                 f"NoiseModel.state_block_runs={self.state_block_runs!r} must be ≥ 1 launch"
             )
-        relative = (
-            "unlocked_power_jitter",
-            "unlocked_time_jitter",
-            "wander_power_locked",
-            "wander_power_unlocked",
-            "wander_time_locked",
-            "wander_time_unlocked",
-            "warmup_power_locked",
-            "warmup_power_unlocked",
-            "warmup_time_locked",
-            "warmup_time_unlocked",
-        )
-        for name in relative:
+        for name in ("unlocked_power_jitter", "unlocked_time_jitter", *_SLOW_NOISE):
             if not 0.0 <= getattr(self, name) < 0.2:
                 raise ValueError(
                     f"NoiseModel.{name}={getattr(self, name)!r} must be a relative size "
