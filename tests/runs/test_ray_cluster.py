@@ -49,5 +49,11 @@ def test_a_node_removed_mid_sweep_loses_nothing_and_counts_nothing_twice(
     assert result.failed == () and result.duplicates == 0
     cells = read_library(lib)
     assert by_cell(cells) == by_cell(read_library(serial_library))  # 0 lost, 0 twice
-    survivor = {s.meta["measured_on"]["ray_node"] for s in cells[removed[0] :]}
-    assert len(survivor) == 1  # after the removal, only the surviving node measured
+    # After the removal the surviving node measured the rest; the removed node can only
+    # have delivered what it had already finished (at most one point per GPU: results on
+    # their way to the driver when the node went).
+    after = [s.meta["measured_on"]["ray_node"] for s in cells[removed[0] :]]
+    survivor = after[-1]
+    per_point = sum(1 for s in cells if s.op_point == cells[0].op_point)
+    late = [node for node in after if node != survivor]
+    assert len(late) <= 2 * per_point, after
