@@ -168,6 +168,7 @@ static pid_t owner_pid;
 static uint64_t file_end, id_base, start_unix_ns, kokkos_interface_version;
 static uint32_t n_names, n_ordinals;
 static uint64_t n_unclosed, n_unmatched_pop, n_unmatched_end, n_too_deep, n_lost, n_cut;
+static uint32_t n_ending; /* threads inside thread_end */
 static int load_seq, rank = -1;
 static uint32_t n_devices;
 static size_t devices[MAX_DEVICES];
@@ -778,17 +779,30 @@ static void thread_end(void *arg) {
   tstate_t *s = arg;
   tls = NULL;
   if (!s || s == &dead_state) return;
-  if (!__atomic_load_n(&finalized, __ATOMIC_ACQUIRE)) {
+  /* A thread may still be ending when the application finalizes: Python's join returns
+   * before the thread's key destructors run. Either this thread sees the finalize and
+   * leaves its open events on its stack, where the conversion reads them, or the
+   * finalize sees it ending and waits for it (sequentially consistent on both sides). */
+  __atomic_add_fetch(&n_ending, 1, __ATOMIC_SEQ_CST);
+  if (!__atomic_load_n(&finalized, __ATOMIC_SEQ_CST)) {
     uint64_t t = now_ns();
     close_all(s, t);
     flush_thread(s, t, 1);
+    for (uint32_t i = 0; i <= s->tab_mask; ++i) free(s->tab[i].key);
+    memset(s->tab, 0, (s->tab_mask + 1) * sizeof(slot_t));
+    s->tab_used = 0;
+    s->skipped_regions = 0;
+    s->next_id = s->id_end = 0;
+    __atomic_store_n(&s->retired, 1, __ATOMIC_RELEASE);
   }
-  for (uint32_t i = 0; i <= s->tab_mask; ++i) free(s->tab[i].key);
-  memset(s->tab, 0, (s->tab_mask + 1) * sizeof(slot_t));
-  s->tab_used = 0;
-  s->skipped_regions = 0;
-  s->next_id = s->id_end = 0;
-  __atomic_store_n(&s->retired, 1, __ATOMIC_RELEASE);
+  __atomic_sub_fetch(&n_ending, 1, __ATOMIC_SEQ_CST);
+}
+
+/* Waits, at most about a second, for threads in the middle of ending. */
+static void wait_for_ending_threads(void) {
+  struct timespec pause = {0, 1000000};
+  for (int k = 0; k < 1000 && __atomic_load_n(&n_ending, __ATOMIC_SEQ_CST); ++k)
+    nanosleep(&pause, NULL);
 }
 
 static tstate_t *new_state(void) {
@@ -1499,7 +1513,8 @@ static void finish(enum ending how) {
   uint64_t t = now_ns();
   tstate_t *s = tls;
   if (s && !s->dead) close_all(s, t);
-  __atomic_store_n(&finalized, 1, __ATOMIC_RELEASE);
+  __atomic_store_n(&finalized, 1, __ATOMIC_SEQ_CST);
+  wait_for_ending_threads();
   stop_flusher(); /* what it has not written, the conversion reads from the rings */
   if (write_trace(how, 0, NULL) == 0) {
     unlinkat(dir_fd, RECORDS_FILE, 0);

@@ -358,3 +358,43 @@ def test_threads_record_side_by_side(connector, tmp_path) -> None:
     assert {e.device_id for e in events if e.name == "k3"} == {3}
     counts = json.loads((folder / "metadata.json").read_text())["counts"]
     assert counts["unclosed"] == 1 and counts["lost"] == 0
+
+
+# Python's join returns before the joined thread's key destructors run, so the application
+# may finalize while a thread is still closing its open events: with 20 000 of them the two
+# overlap every time.
+ENDING_DRIVER = textwrap.dedent(
+    """
+    import ctypes, sys, threading
+
+    lib = ctypes.CDLL(sys.argv[1])
+    lib.kokkosp_init_library(0, ctypes.c_uint64(20210225), 0, None)
+
+    def work():
+        lib.kokkosp_push_profile_region(b"done")
+        lib.kokkosp_pop_profile_region()
+        for _ in range(20000):
+            lib.kokkosp_push_profile_region(b"left open")
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    lib.kokkosp_finalize_library()
+    """
+)
+
+
+def test_a_thread_still_ending_at_finalize_keeps_every_open_region(connector, tmp_path) -> None:
+    """The finalize waits for a thread in the middle of ending: each of its open regions
+    is written exactly once and counted once as unclosed."""
+    folder = tmp_path / "ending"
+    env = {**os.environ, "EOPT_KOKKOS_TRACE_DIR": str(folder)}
+    subprocess.run(
+        [sys.executable, "-c", ENDING_DRIVER, str(connector)], env=env, check=True, timeout=120
+    )
+    events = read_events(folder / "events.csv")
+    assert sum(e.name == "left open" for e in events) == 20000
+    assert sum(e.name == "done" for e in events) == 1
+    assert len({e.id for e in events}) == len(events)
+    counts = json.loads((folder / "metadata.json").read_text())["counts"]
+    assert counts["unclosed"] == 20000 and counts["lost"] == 0
