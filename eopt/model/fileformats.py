@@ -478,6 +478,35 @@ def _line_of(text: str, token: str) -> int | None:
     return None
 
 
+# Every digit reads as 0 and E as e, and signs are dropped: then one substring test per
+# shape finds every number that could parse to a non-finite float (see _may_be_non_finite).
+_NUMBER_SHAPES = bytes.maketrans(b"123456789E", b"000000000e")
+# An exponent of three digits or more (1e309, 1E+0400 …); two-digit exponents never
+# overflow a float on their own.
+_LONG_EXPONENT = b"e000"
+# An integer part this long: with an exponent of at most 99 a number overflows only from
+# 210 integer digits on (10**209 * 10**99 > 1.8e308); fraction digits never add magnitude.
+_LONG_DIGITS = b"0" * 200
+
+
+def _may_be_non_finite(text: str) -> bool:
+    """Whether ``text`` might hold a number JSON parses to NaN or ±infinity.
+
+    A conservative test at C speed (one translation, four substring searches): it is
+    never False for text holding a ``NaN``/``Infinity`` token or a float literal that
+    overflows (``1e999``, 400 digits), and rarely True otherwise (such shapes inside a
+    string also count). Dropping signs only joins digit runs, so it finds more, never
+    fewer.
+    """
+    shapes = text.encode("utf-8", "surrogatepass").translate(_NUMBER_SHAPES, b"+-")
+    return (
+        b"NaN" in shapes
+        or b"Infinity" in shapes
+        or _LONG_EXPONENT in shapes
+        or _LONG_DIGITS in shapes
+    )
+
+
 def parse_json(text: str, where: Where) -> Any:
     """Parse JSON text, refusing non-finite numbers and too-deep nesting.
 
@@ -489,6 +518,11 @@ def parse_json(text: str, where: Where) -> Any:
         The reader's error, naming the line of a syntax error or a ``NaN``.
     """
     try:
+        if not _may_be_non_finite(text):
+            # No number here can be non-finite, so json's own C float parsing returns
+            # exactly what the checking hooks would (and raises the same syntax errors),
+            # without a Python call per number: most of a library's read time before.
+            return json.loads(text)
         return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
     except _NonFiniteError as exc:
         line = where.line or _line_of(text, exc.token)

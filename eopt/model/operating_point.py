@@ -11,6 +11,9 @@ __all__ = ["OperatingPoint"]
 
 _DEVICE_FIELDS = ("sm_clock_mhz", "mem_clock_mhz", "power_limit_w")
 _UNITS = {"sm_clock_mhz": "MHz", "mem_clock_mhz": "MHz", "power_limit_w": "W"}
+_FIELD_INDEX = {name: i for i, name in enumerate(_DEVICE_FIELDS)}
+# Integers up to here convert to finite floats; larger ones take from_dict's own path.
+_LARGEST_INT = 10**300
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,49 @@ class OperatingPoint:
         if self.extras:
             out["extras"] = dict(self.extras)
         return out
+
+    @classmethod
+    def _read(cls, data: Any) -> OperatingPoint | None:
+        """:meth:`from_dict` of the shape files hold (numbers > 0 of the device fields, an
+        object of extras), or None for anything else: then :meth:`from_dict` says what is
+        wrong. Built without ``__post_init__``, whose checks these are: libraries read
+        one point per line.
+        """
+        if data is None:
+            return cls._valid(None, None, None, {})
+        if type(data) is not dict:
+            return None
+        values: list[float | None] = [None, None, None]
+        extras: dict[str, Any] = {}
+        for key, value in data.items():
+            index = _FIELD_INDEX.get(key)
+            if index is None:
+                if key != "extras" or not (value is None or type(value) is dict):
+                    return None
+                extras = dict(value) if value else {}
+            elif type(value) is float:
+                if not 0.0 < value < math.inf:  # NaN fails too
+                    return None
+                values[index] = value
+            elif type(value) is int:
+                if not 0 < value <= _LARGEST_INT:
+                    return None
+                values[index] = float(value)
+            elif value is not None:
+                return None
+        return cls._valid(values[0], values[1], values[2], extras)
+
+    @classmethod
+    def _valid(
+        cls, sm: float | None, mem: float | None, limit: float | None, extras: dict[str, Any]
+    ) -> OperatingPoint:
+        """A point from values already checked as ``__post_init__`` would (and owned)."""
+        point = object.__new__(cls)
+        # Frozen: the fields go straight into the instance dict, checked once above.
+        point.__dict__.update(
+            sm_clock_mhz=sm, mem_clock_mhz=mem, power_limit_w=limit, extras=extras
+        )
+        return point
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> OperatingPoint:
