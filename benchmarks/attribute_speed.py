@@ -4,7 +4,11 @@ Each size's trace (3 levels of nesting: steps > phases > kernels; 20 ms GPU samp
 written once; then eopt and the peer run on it in alternation (eopt, peer, eopt, peer …),
 each in a fresh process, so a busy moment of the machine falls on both alike. Printed per
 size: the median whole-process CPU time (user + system) and peak RSS of each, their
-ratios, and the largest difference between the two tools' per-region energies.
+ratios, the largest difference between the two tools' per-region energies, and the
+largest relative difference from the numbers of the committed code (git HEAD, unpacked
+and run once per size up to ``--head-max`` events). A trace folder's ``events.csv`` above
+4 MiB is streamed (read a block at a time), so ``--events 1e7`` shows memory that does
+not grow with the number of events.
 
 The peer is the dashboard's own binary where one is found (`../shared/peers/kokkos-energy`,
 or `--dashboard PATH`), or built with cargo from `--dashboard-src DIR` against Debian's
@@ -20,12 +24,14 @@ attributing and printing, with the imports these need, timed inside one process)
 
 Examples:
     python3 benchmarks/attribute_speed.py                   # 1e4, 1e5, 1e6 events, 3 rounds
-    python3 benchmarks/attribute_speed.py --events 1e6,1e7 --rounds 1
+    python3 benchmarks/attribute_speed.py --events 1e6,1e7 --rounds 1 --no-save
     python3 benchmarks/attribute_speed.py --smoke           # 1e4 events, 1 round, no targets
 
 Targets: at 1e6 events eopt's CPU ≤ the peer's and its peak RSS ≤ 2× the peer's, with
-per-region energies equal to the peer's within its printed precision (1e-6 J); the
-nvidia-smi CSV in ≤ 1 s; the library in ≤ 1 s; the DBSCAN run in ≤ 1.5× its own work.
+per-region energies equal to the peer's within its printed precision (1e-6 J) and to git
+HEAD's to 1e-9 relative; at 5e6 events or more (with 1e6 in the same run) a peak RSS ≤
+1.5× the 1e6 one; the nvidia-smi CSV in ≤ 1 s; the library in ≤ 1 s; the DBSCAN run in
+≤ 1.5× its own work.
 Results go to benchmarks/results/attribute_speed.json (not with --smoke or --no-save).
 """
 
@@ -237,6 +243,57 @@ def run_measured(argv: list[str], stdout: Any = subprocess.DEVNULL) -> tuple[flo
     return usage.ru_utime + usage.ru_stime, wall, rss_kib // 1024
 
 
+#: Traces up to this many events are also attributed by the committed code (git HEAD),
+#: whose numbers eopt's must equal; larger ones need its memory (about 3 GiB at 1e7).
+HEAD_MAX_EVENTS = 2_000_000
+#: eopt's numbers against the committed code's: equal to this relative difference.
+HEAD_RTOL = 1e-9
+
+
+def head_tree(tmp: Path) -> Path | None:
+    """The committed code (git HEAD's eopt and solvers) unpacked in ``tmp``; None when
+    there is no git checkout."""
+    out = tmp / "head"
+    out.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(common.REPO_DIR), "archive", "HEAD", "eopt", "solvers"],
+        capture_output=True,
+        check=False,
+    )
+    if archive.returncode != 0:
+        return None
+    subprocess.run(["tar", "-x", "-C", str(out)], input=archive.stdout, check=True)
+    return out
+
+
+def head_difference(ours: dict[str, Any], theirs: dict[str, Any]) -> float:
+    """The largest relative difference between two ``eopt.attribution/1`` results' numbers
+    (total, outside, per region and per series); inf when their regions differ."""
+    if [r["name"] for r in ours["regions"]] != [r["name"] for r in theirs["regions"]]:
+        return float("inf")
+    pairs = [
+        (ours["total_energy_j"], theirs["total_energy_j"]),
+        (ours["outside_energy_j"], theirs["outside_energy_j"]),
+        (ours["total_time_s"], theirs["total_time_s"]),
+    ]
+    for a, b in zip(ours["regions"], theirs["regions"], strict=True):
+        if (a["calls"], a["depth"], a["flags"]) != (b["calls"], b["depth"], b["flags"]):
+            return float("inf")
+        pairs += [(a[k], b[k]) for k in ("inclusive_energy_j", "exclusive_energy_j", "time_s")]
+        pairs += [(a["by_series"][k], b["by_series"].get(k)) for k in a["by_series"]]
+    for a, b in zip(ours["series"], theirs["series"], strict=True):
+        pairs.append((a["energy_j"], b["energy_j"]))
+    worst = 0.0
+    for x, y in pairs:
+        if x is None or y is None:
+            if x is not y:
+                return float("inf")
+            continue
+        scale = max(abs(x), abs(y))
+        worst = max(worst, abs(x - y) / scale if scale else 0.0)
+    return worst
+
+
 def peer_energies(text: str) -> dict[str, tuple[float, float]]:
     """(inclusive, exclusive) J per region of the peer's table."""
     out = {}
@@ -252,6 +309,7 @@ def peer_energies(text: str) -> dict[str, tuple[float, float]]:
 def compare_sizes(args: Any, peer: list[str], verdicts: common.Verdicts) -> list[dict[str, Any]]:
     rows, results = [], []
     with tempfile.TemporaryDirectory(prefix="eopt-attr-") as tmp:
+        head = head_tree(Path(tmp))
         for n in args.events:
             folder = Path(tmp) / f"trace_{n}"
             # Written by a child process: this one stays small, and so do the processes it
@@ -280,6 +338,17 @@ def compare_sizes(args: Any, peer: list[str], verdicts: common.Verdicts) -> list
                     fh.seek(0)
                     peer_text = fh.read().decode(errors="replace")
             ours = json.loads(out_json.read_text(encoding="utf-8"))
+            head_diff = None
+            if head is not None and held <= args.head_max:
+                head_json = Path(tmp) / f"head_{n}.json"
+                subprocess.run(
+                    [*eopt_argv[:-3], "-o", str(head_json), "--force"],
+                    env={**os.environ, "PYTHONPATH": str(head)},
+                    stdout=subprocess.DEVNULL,
+                    check=True,
+                )
+                head_diff = head_difference(ours, json.loads(head_json.read_text("utf-8")))
+                head_json.unlink()
             theirs = peer_energies(peer_text)
             # The dashboard's own rows for the energy outside every event and the total.
             mine = {
@@ -316,6 +385,7 @@ def compare_sizes(args: Any, peer: list[str], verdicts: common.Verdicts) -> list
                     p_rss,
                     f"{e_rss / p_rss:.2f}",
                     f"{worst:.1e}",
+                    "-" if head_diff is None else f"{head_diff:.1e}",
                 )
             )
             results.append(
@@ -327,9 +397,16 @@ def compare_sizes(args: Any, peer: list[str], verdicts: common.Verdicts) -> list
                     "peer_rss_mib": p_rss,
                     "max_region_diff_j": worst,
                     "regions_matched": matched,
+                    "head_max_rel_diff": head_diff,
                     "rounds": args.rounds,
                 }
             )
+            if head_diff is not None and not common.is_smoke():
+                verdicts.check(
+                    head_diff <= HEAD_RTOL,
+                    f"{held:.0e} events: numbers equal to git HEAD's "
+                    f"(max relative diff {head_diff:.1e} ≤ {HEAD_RTOL:.0e})",
+                )
             if not common.is_smoke() and 0.9 * TARGET_EVENTS <= held < 2 * TARGET_EVENTS:
                 verdicts.check(
                     e_cpu <= p_cpu, f"{held:.0e} events: CPU {e_cpu / p_cpu:.2f}× peer ≤ 1"
@@ -352,6 +429,7 @@ def compare_sizes(args: Any, peer: list[str], verdicts: common.Verdicts) -> list
             "peer RSS MiB",
             "RSS ratio",
             "max diff J",
+            "vs HEAD rel",
         ],
         rows,
         "eopt attribute vs the peer (median CPU of alternating runs; peak RSS)",
@@ -505,6 +583,12 @@ def main() -> int:
     parser.add_argument("--signatures", type=int, default=10_080)
     parser.add_argument("--dashboard", help="the dashboard's kokkos-energy binary")
     parser.add_argument("--dashboard-src", help="the dashboard's source, to build with cargo")
+    parser.add_argument(
+        "--head-max",
+        type=float,
+        default=HEAD_MAX_EVENTS,
+        help="compare with git HEAD's numbers up to this many events (default %(default).0e)",
+    )
     parser.add_argument("--strict", action="store_true", help="exit 1 when any line FAILs")
     parser.add_argument("--no-save", action="store_true", help="do not write the results")
     common.add_smoke_option(parser)
@@ -520,13 +604,21 @@ def main() -> int:
     results.update(startup(args, verdicts))
     sizes = results["sizes"]
     if len(sizes) >= 2:
-        a, b = sizes[-2], sizes[-1]
-        per_event = (b["eopt_rss_mib"] - a["eopt_rss_mib"]) / (b["events"] - a["events"])
         print(
-            f"\nmemory: {per_event * 1e6:.0f} MiB per million events above "
-            f"{a['eopt_rss_mib'] - per_event * a['events']:.0f} MiB; 1e7 events take about "
-            f"{a['eopt_rss_mib'] + per_event * (10**7 - a['events']):.0f} MiB"
+            "\nmemory (peak RSS, MiB): "
+            + ", ".join(f"{r['eopt_rss_mib']} at {r['events']:.0e} events" for r in sizes)
+            + " (a trace folder is streamed above 4 MiB of events.csv)"
         )
+        # Streaming: ten times the events in about the same memory.
+        base = [r for r in sizes if 0.9 * TARGET_EVENTS <= r["events"] < 2 * TARGET_EVENTS]
+        large = [r for r in sizes if r["events"] >= 5 * TARGET_EVENTS]
+        if base and large and not common.is_smoke():
+            a, b = base[-1], large[-1]
+            verdicts.check(
+                b["eopt_rss_mib"] <= 1.5 * a["eopt_rss_mib"],
+                f"{b['events']:.0e} events streamed in {b['eopt_rss_mib']} MiB ≤ 1.5× the "
+                f"{a['events']:.0e}-event {a['eopt_rss_mib']} MiB",
+            )
     verdicts.summary()
     if not args.no_save:
         print(f"wrote {common.write_results('attribute_speed', results)}")

@@ -27,6 +27,14 @@ Sharing rule (the one overlap rule of eopt):
     linear in the number of events whatever the nesting depth, and summed per region
     name in :mod:`eopt.attribute.regions`.
 
+Streaming:
+    A large trace folder (an ``events.csv`` above :data:`STREAM_BYTES`) is attributed by
+    :func:`attribute_streamed` when no per-call list is asked for: its events are read a
+    block at a time and charged window by window (:mod:`eopt.attribute.stream`), with
+    the same numbers in memory that does not grow with the number of events. A file
+    whose events are not in start order (the Kokkos connector writes them as they
+    close), or that holds a fault, is read whole instead.
+
 Missing data:
     A call that reaches outside a series' samples has unknown energy (None, never 0), and
     its region says so. A gap between samples longer than :data:`GAP_FACTOR` times the
@@ -37,16 +45,21 @@ Missing data:
 from __future__ import annotations
 
 import difflib
+import itertools
 import math
+import os
+import warnings as _warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
 from eopt.attribute.integral import EnergyCurve
-from eopt.attribute.regions import by_name
+from eopt.attribute.regions import RegionSums, by_name
 from eopt.attribute.sharing import Shares, share_energy
+from eopt.attribute.stream import sweep
 from eopt.model.trace import Event, EventTable, PowerSeries, Trace, TraceError
 
 __all__ = [
@@ -59,6 +72,7 @@ __all__ = [
     "SeriesEnergy",
     "attribute",
     "attribute_all",
+    "attribute_streamed",
     "sum_attributions",
     "window_energy",
 ]
@@ -342,7 +356,7 @@ def attribute(trace: Trace, *, domain: str | None = None, calls: bool = True) ->
             "with the run, or pass a power CSV)"
         )
     origin = trace.start_ns
-    integrals = [_curve(s, origin) for s in series]
+    integrals, per_series = _series_energies(series, origin)
     labels = [s.label for s in series]
     table = EventTable.from_events(trace.events)
     n_ev = len(table)
@@ -353,43 +367,15 @@ def attribute(trace: Trace, *, domain: str | None = None, calls: bool = True) ->
     start = (table.start_ns - origin).astype(np.float64) * 1e-9
     end = (table.end_ns - origin).astype(np.float64) * 1e-9
     shares = share_energy(start, end, parent, depth, integrals)
-
-    per_series = []
-    gaps_by_series: list[list[tuple[float, float]]] = []
-    for s, g in zip(series, integrals, strict=True):
-        period = s.median_interval_s()
-        steps = np.diff(g.t)
-        where = np.flatnonzero(steps > GAP_FACTOR * period) if math.isfinite(period) else []
-        gaps = [(float(g.t[i]), float(g.t[i + 1])) for i in where]
-        gaps_by_series.append(gaps)
-        per_series.append(
-            SeriesEnergy(
-                domain=s.domain,
-                device_id=s.device_id,
-                energy_j=float(g.cum[-1]),
-                time_s=g.last - g.first,
-                n_samples=int(s.times_ns.size),
-                period_s=period,
-                gaps=tuple(gaps),
-            )
-        )
     total = float(sum(se.energy_j for se in per_series))
     outside = float(total - shares.inside.sum())
 
     # Each note and the events it applies to, in the order a call lists its notes.
-    notes: list[tuple[str, np.ndarray]] = []
-    for label, gaps, se in zip(labels, gaps_by_series, per_series, strict=True):
-        for ga, gb in gaps:
-            note = (
-                f"a {label} sampling gap of {(gb - ga) * 1e3:.0f} ms "
-                f"(period {se.period_s * 1e3:.0f} ms) falls in a call"
-            )
-            notes.append((note, (start < gb) & (end > ga)))
-    notes.append(
-        ("a call reaches outside the power trace: its energy is unknown", shares.incl_unknown)
-    )
-    periods = [se.period_s for se in per_series if math.isfinite(se.period_s)]
-    short = (end - start) < 2 * max(periods) if periods else np.zeros(n_ev, dtype=bool)
+    gap_notes = _gap_notes(per_series)
+    notes = [(note, (start < gb) & (end > ga)) for note, (ga, gb) in gap_notes]
+    notes.append((OUTSIDE_NOTE, shares.incl_unknown))
+    short_s = _short_s(per_series)
+    short = (end - start) < short_s if short_s is not None else np.zeros(n_ev, dtype=bool)
 
     regions = [
         RegionEnergy(**fields)
@@ -407,6 +393,53 @@ def attribute(trace: Trace, *, domain: str | None = None, calls: bool = True) ->
         rank=trace.rank,
         warnings=tuple(warnings),
     )
+
+
+#: The note of a call that reaches outside the power trace.
+OUTSIDE_NOTE = "a call reaches outside the power trace: its energy is unknown"
+
+
+def _series_energies(
+    series: Sequence[PowerSeries], origin: int
+) -> tuple[list[EnergyCurve], list[SeriesEnergy]]:
+    """Each series' cumulative energy (times in s from ``origin``, in ns) and summary."""
+    integrals = [_curve(s, origin) for s in series]
+    per_series = []
+    for s, g in zip(series, integrals, strict=True):
+        period = s.median_interval_s()
+        steps = np.diff(g.t)
+        where = np.flatnonzero(steps > GAP_FACTOR * period) if math.isfinite(period) else []
+        per_series.append(
+            SeriesEnergy(
+                domain=s.domain,
+                device_id=s.device_id,
+                energy_j=float(g.cum[-1]),
+                time_s=g.last - g.first,
+                n_samples=int(s.times_ns.size),
+                period_s=period,
+                gaps=tuple((float(g.t[i]), float(g.t[i + 1])) for i in where),
+            )
+        )
+    return integrals, per_series
+
+
+def _gap_notes(per_series: Sequence[SeriesEnergy]) -> list[tuple[str, tuple[float, float]]]:
+    """Each sampling gap's note and its (start, end) in s, in the order a call lists them."""
+    return [
+        (
+            f"a {se.domain} {se.device_id} sampling gap of {(gb - ga) * 1e3:.0f} ms "
+            f"(period {se.period_s * 1e3:.0f} ms) falls in a call",
+            (ga, gb),
+        )
+        for se in per_series
+        for ga, gb in se.gaps
+    ]
+
+
+def _short_s(per_series: Sequence[SeriesEnergy]) -> float | None:
+    """Calls shorter than this are poorly resolved, in s (None: no sampling period)."""
+    periods = [se.period_s for se in per_series if math.isfinite(se.period_s)]
+    return 2 * max(periods) if periods else None
 
 
 def _calls(
@@ -430,6 +463,108 @@ def _calls(
     ]
     calls.sort(key=lambda c: (c.start_s, c.depth))
     return tuple(calls)
+
+
+#: An ``events.csv`` larger than this is attributed by streaming (:func:`attribute_streamed`)
+#: when no call list is asked for: memory then stays bounded whatever the number of
+#: events (about 5e4 events of a kernel trace; below, one or two blocks), in bytes.
+STREAM_BYTES = 1 << 22
+
+
+def attribute_streamed(
+    path: str | os.PathLike[str],
+    *,
+    domain: str | None = None,
+    min_bytes: int | None = None,
+    block_bytes: int | None = None,
+) -> Attribution | None:
+    """:func:`attribute` of a dashboard trace folder, its ``events.csv`` read a block at a
+    time, in memory that does not grow with the number of events.
+
+    The same numbers as reading the trace whole (to rounding, about 1e-15 relative):
+    the power series are read whole (their memory grows with the run's length, not with
+    its events), the events a block at a time (:mod:`eopt.attribute.stream`). Per-call
+    energies (``calls``) are not kept.
+
+    Args:
+        path: A dashboard trace folder.
+        domain: Only the series of this domain; all when None.
+        min_bytes: Stream only an ``events.csv`` larger than this, in bytes
+            (:data:`STREAM_BYTES` when None).
+        block_bytes: Bytes of ``events.csv`` read at once (the reader's default when None).
+
+    Returns:
+        The attribution; None when the path is not one dashboard trace with a large
+        enough ``events.csv``, or its events are not in the order a sweep needs (starts
+        non-decreasing, ids increasing, parents first) or hold a fault: then read it
+        whole (:func:`eopt.model.trace_io.read_traces` and :func:`attribute_all`), which
+        accepts it or names the fault.
+    """
+    from eopt.model import trace_io  # the readers: only this entry point reads files
+
+    folder = Path(path)
+    events = folder / "events.csv"
+    try:
+        if (
+            trace_io.detect_layout(folder) != "dashboard"
+            or (folder / trace_io.RECORDS_FILE).exists()
+        ):
+            return None
+        least = STREAM_BYTES if min_bytes is None else min_bytes
+        if not events.is_file() or events.stat().st_size <= least:
+            return None
+        # Warnings are kept until the sweep succeeds: the whole reader gives its own.
+        with _warnings.catch_warnings(record=True) as caught:
+            _warnings.simplefilter("always")
+            trace_io.dashboard_metadata(folder)
+            every = trace_io.read_power_samples(folder / "power_samples.csv")
+            for s in every:
+                s.validate()
+    except (TraceError, OSError):
+        return None
+    series = [s for s in every if domain is None or s.domain == domain.upper()]
+    if not series:
+        return None
+    sizes = {} if block_bytes is None else {"block_bytes": block_bytes}
+    blocks = trace_io.event_blocks(events, **sizes)
+    first = next(blocks, None)
+    if first is None or len(first) == 0:
+        return None
+    origin = min(min(s.span_ns[0] for s in every), int(first.start_ns[0]))
+    integrals, per_series = _series_energies(series, origin)
+    labels = [s.label for s in series]
+    gap_notes = _gap_notes(per_series)
+    sums = RegionSums(len(series), [note for note, _ in gap_notes] + [OUTSIDE_NOTE])
+    short_s = _short_s(per_series)
+    try:
+        swept = sweep(
+            itertools.chain([first], blocks),
+            origin,
+            integrals,
+            sums,
+            [g for _, g in gap_notes],
+            short_s if short_s is not None else -math.inf,
+            len(gap_notes),
+        )
+    finally:
+        blocks.close()  # the file, also when the sweep stopped early
+    if swept is None:
+        return None
+    for w in caught:
+        _warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    total = float(sum(se.energy_j for se in per_series))
+    regions = [RegionEnergy(**fields) for fields in sums.fields(labels, total)]
+    end_ns = max(max(s.span_ns[1] for s in every), swept.end_ns)
+    return Attribution(
+        regions=tuple(regions),
+        series=tuple(per_series),
+        outside_energy_j=float(total - swept.inside.sum()),
+        total_energy_j=total,
+        total_time_s=(end_ns - origin) * 1e-9,
+        source=str(folder),
+        rank=None,
+        warnings=tuple(f"{r.name}: {flag}" for r in regions for flag in r.flags),
+    )
 
 
 def _add(a: float | None, b: float | None) -> float | None:

@@ -65,7 +65,7 @@ def command(
       eopt attribute dcgm.csv --power-unit mW
       eopt attribute mpi-run/ --json -o attribution.json
     """
-    from eopt.attribute.engine import attribute_all
+    from eopt.attribute.engine import attribute_all, attribute_streamed
     from eopt.model.trace import TraceError
     from eopt.model.trace_io import read_traces
 
@@ -79,8 +79,11 @@ def command(
         tz=tz,
     )
     try:
-        traces = read_traces(path, opts)
-        result = attribute_all(traces, domain=domain, source=path, calls=calls)
+        # A large trace folder is streamed (bounded memory); any other is read whole.
+        result = None if calls else attribute_streamed(path, domain=domain)
+        traces = [] if result is not None else read_traces(path, opts)
+        if result is None:
+            result = attribute_all(traces, domain=domain, source=path, calls=calls)
     except TraceError as exc:
         raise UserError(str(exc)) from None
     zones = sorted({str(t.metadata["time_zone"]) for t in traces if "time_zone" in t.metadata})

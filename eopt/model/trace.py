@@ -291,11 +291,19 @@ class EventTable(Sequence[Event]):
         return self._depth
 
 
-def event_depths(parent: np.ndarray) -> np.ndarray | None:
+def event_depths(parent: np.ndarray, base: np.ndarray | None = None) -> np.ndarray | None:
     """Each event's nesting depth (0: top level) from its parent's row (-1: none), by
     pointer doubling (log₂ of the deepest chain rounds); None when parents form a cycle.
+
+    Args:
+        parent: Each event's parent row, -1 where it has none here.
+        base: The depth of each event without a parent row here (a part of a trace whose
+            ancestors were seen before: their own depth); 0 when None. Ignored for the
+            events that have a parent row.
     """
     depth = (parent >= 0).astype(np.int64)
+    if base is not None:
+        depth = np.where(parent >= 0, depth, base).astype(np.int64)
     up = parent.copy()
     for _ in range(max(int(parent.size), 1).bit_length() + 1):
         live = np.flatnonzero(up >= 0)

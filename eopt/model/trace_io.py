@@ -69,11 +69,15 @@ from eopt.model.trace import (
 
 __all__ = [
     "DASHBOARD_VERSION",
+    "EVENT_BLOCK_BYTES",
     "PowerCsvOptions",
     "atomic_write_text",
+    "dashboard_metadata",
     "detect_layout",
+    "event_blocks",
     "read_event_table",
     "read_events",
+    "read_power_samples",
     "read_runs",
     "read_trace",
     "read_traces",
@@ -654,6 +658,56 @@ def read_event_table(path: Path) -> EventTable:
     return EventTable.from_events(_read_events_csv(path))
 
 
+#: Bytes of an ``events.csv`` that :func:`event_blocks` reads at once (about 34 000
+#: events of a kernel trace): larger blocks are no faster, and take more memory.
+EVENT_BLOCK_BYTES = 1 << 21
+
+
+def event_blocks(path: Path, block_bytes: int = EVENT_BLOCK_BYTES) -> Iterator[EventTable | None]:
+    """The events of an ``events.csv`` a block of whole lines at a time, in file order.
+
+    For files too large to hold at once: only one block (about ``block_bytes`` of the
+    file) is in memory. Each block is an :class:`EventTable` with its own names and
+    categories (``first_line`` its first line). A block that is not plain (see
+    :func:`read_event_table`) comes as None: the caller then reads the whole file with
+    :func:`read_event_table`, which accepts it or names the line at fault.
+
+    Args:
+        path: The ``events.csv``.
+        block_bytes: About how many bytes a block holds.
+    """
+    try:
+        handle = path.open("rb")
+    except OSError:
+        yield None
+        return
+    with handle:
+        header = handle.readline()
+        if not header.endswith(b"\n"):
+            yield None
+            return
+        rest, line = b"", 2
+        while True:
+            data = handle.read(block_bytes)
+            if data:
+                data = rest + data
+                cut = data.rfind(b"\n") + 1
+                if cut == 0:
+                    rest = data
+                    continue
+                block, rest = data[:cut], data[cut:]
+            elif rest:
+                block, rest = rest, b""
+            else:
+                return
+            del data
+            table = _event_columns(header + block, path)
+            if table is not None:
+                table.first_line = line
+                line += len(table)
+            yield table
+
+
 def _event_columns(raw: bytes, path: Path) -> EventTable | None:
     """The events of a plain ``events.csv``; None when it is not plain or not valid."""
     csv_cols = _PlainCsv.parse(raw)
@@ -847,6 +901,15 @@ def _recover_records(records: Path, csv_path: Path) -> list[Event] | None:
     return events
 
 
+def read_power_samples(path: Path) -> list[PowerSeries]:
+    """The power series of a ``power_samples.csv`` (dashboard layout), GPUs first.
+
+    Raises:
+        TraceError: naming the line at fault.
+    """
+    return _read_power_samples(path)
+
+
 def _read_power_samples(path: Path) -> list[PowerSeries]:
     fast = _power_columns(_read_raw(path), path)
     if fast is not None:
@@ -944,10 +1007,20 @@ def _not_newer(path: Path, found: Any, family: str, supported: int) -> None:
         )
 
 
-def _read_dashboard(folder: Path, rank: int | None = None) -> Trace:
+def dashboard_metadata(folder: Path) -> dict[str, Any]:
+    """The ``metadata.json`` of a dashboard trace folder ({} without one).
+
+    Raises:
+        TraceError: when it is no JSON object, or of a newer version than eopt reads.
+    """
     meta = _read_metadata(folder / "metadata.json")
     if meta.get("format") == "energy-dashboard-for-kokkos" or "version" in meta:
         _not_newer(folder / "metadata.json", meta.get("version"), "", DASHBOARD_VERSION)
+    return meta
+
+
+def _read_dashboard(folder: Path, rank: int | None = None) -> Trace:
+    meta = dashboard_metadata(folder)
     events = read_event_table(folder / "events.csv")
     series = _read_power_samples(folder / "power_samples.csv")
     return Trace(events, tuple(series), meta, str(folder), rank)
