@@ -5,9 +5,14 @@ points are Pareto-filtered (makespan rising, energy falling). Deadlines start on
 grid; while fewer points than asked are kept, the widest makespan gaps between kept
 points are searched: first at their middle, then just below their slower end (the
 slowest plan faster than that end, which is a new point whenever one exists in the
-gap), until the count is reached or every gap is known to hold no plan. For problems
-without groups or transition costs the hull LP is built once and re-solved warm at every
-deadline.
+gap), until the count is reached or every gap is known to hold no plan.
+
+For problems without groups or transition costs the hull LP is built once. The
+energy-minimizing end is found first, by the search `solve(problem, None)` runs, on the
+fresh LP; the plans that search passes through are candidate points too. The grid is
+then swept from the fastest end up (`solvers.frontier_sweep`): each deadline gets the
+previous plan with its new slack spent, and an LP step (a warm re-solve, rounding,
+improvement) only where that brings no new plan.
 
 Small problems (at most `EXACT_COLUMNS` Pareto modes in all) are solved exactly at every
 deadline, by the MILP as well as by the LP rounding: a point is then the optimum at its
@@ -30,6 +35,8 @@ import numpy as np
 
 from solvers.budget import Budget
 from solvers.exceptions import ProblemError, TimeLimitReached
+from solvers.frontier_sweep import CHEAP_STEP_SPACING, EndWatch, Plan, SweepStep, sweep_grid
+from solvers.incumbent import Incumbent
 from solvers.indexed import indexed, meets
 from solvers.lns import reoptimize
 from solvers.lp import HullLP
@@ -39,9 +46,9 @@ from solvers.problem import Problem
 from solvers.relax import relax_once
 from solvers.scaling import scaled
 from solvers.solution import Solution, build_solution, relative_gap
-from solvers.solve import METHODS, fastest_plan, solve
-from solvers.stages import relax_plan
-from solvers.stopping import RUN_TO_LIMIT
+from solvers.solve import DEFAULT_WORK_S, METHODS, fastest_plan, solve
+from solvers.stages import relax_stages
+from solvers.stopping import RUN_TO_LIMIT, StopRule
 
 #: Problems with at most this many Pareto modes in all (the exact model's binaries) are
 #: solved exactly at every frontier deadline: HiGHS solves such models in milliseconds.
@@ -52,9 +59,8 @@ EXACT_COLUMNS = 200
 EXACT_POINT_S = 1.0
 
 #: s, at most, of the search at the fastest end of the frontier (the points between the
-#: ends are single LP steps; the energy-minimizing end searches until its iterated
-#: improvement runs out of patience, within the time per point, so that the frontier
-#: ends at the plan `solve(problem, None)` finds).
+#: ends are single steps; the energy-minimizing end runs `solve(problem, None)`'s search,
+#: `END_STALL_MIN_S`).
 END_POINT_S = 1.5
 
 #: Steps in a row without a cheaper plan after which the iterated improvement at the
@@ -65,9 +71,24 @@ END_POINT_S = 1.5
 #: 11 317.4 J). The end only anchors the sweep; the points after it are single steps.
 FAST_END_PATIENCE = 25
 
+#: Reference seconds of work (`solvers.budget.WorkMeter`): the stall window of the
+#: search at the energy-minimizing end, which is `solve(problem, None)`'s own search
+#: from the same LP, stopped by the same rule (a gain of at most
+#: `solvers.stopping.STALL_GAIN` over the window) with this window instead of
+#: `solvers.stopping.STALL_MIN_S`. The same steps, so it stops on the way to that
+#: solve's plan. On ``lowtime_bench/s8_m32_u1ms`` it stops after 1.95 reference s of
+#: work instead of 3.42 (1.36 against 1.88 s CPU), at 10 410.29 J against the solve's
+#: 10 409.60 J, 0.0066 % above it (replayed on the solve's history, a window of 1.5 s
+#: stops at 0.0017 %, 0.8 s at 0.0117 %). Where the search gains for long, the window's
+#: share of the time spent (`solvers.stopping.STALL_SHARE`) governs and the end is the
+#: solve's plan itself (``solver_scale.py``'s 8 × 32 × 30: 10 294.41 J both).
+END_STALL_MIN_S = 1.0
+
 #: Deadlines on the first even grid, per point asked for; `_fill` searches the gaps
-#: between kept points for the rest.
-GRID_PER_POINT = 1.3
+#: between kept points for the rest. On 8 × 32, 100 points asked: 118 sweep deadlines
+#: and the end's search give 102 points; with 1.1, 108 deadlines gave 86 and the gaps
+#: took 0.8 s more to fill (a gap's steps rarely land inside it).
+GRID_PER_POINT = 1.2
 
 #: Relative step below a kept point's makespan where the next slower plan is looked
 #: for: ten times the solvers' feasibility tolerance, so that the point itself does not
@@ -110,7 +131,8 @@ def frontier(
             limit, each point runs on `work_per_point` instead.
         work_per_point: without a time limit, the work per deadline, in reference
             seconds (`solvers.budget.WorkMeter`): the same frontier on any machine at
-            any load.
+            any load. The energy-minimizing end has `solve`'s own budget of work
+            (`solvers.solve.DEFAULT_WORK_S`; its stall rule ends it far sooner).
 
     Returns:
         Feasible plans sorted by makespan, energy strictly falling: from a plan at the
@@ -199,18 +221,51 @@ def frontier(
             gap=relative_gap(sol.energy, min(bound, sol.energy)),
         )
 
+    step = SweepStep(ip, lp) if lp is not None else None
+    lp_solver = f"{lp_name} + rounding"
+    seeded_solver = f"local search from the previous point ({lp_name} bound, later deadline)"
+
+    def point(plan: Plan, deadline: float | None, t0: Budget) -> Solution:
+        """A sweep plan as a frontier point (`deadline` in s)."""
+        return wrap(plan.modes, deadline, plan.bound, lp_solver if plan.lp else seeded_solver, t0)
+
+    lp_bounds: list[tuple[float, float]] = []  # (scaled deadline, LP bound) solved so far
+
+    def lp_bound(deadline: float | None) -> float:
+        """A certified bound at `deadline` (scaled) without an LP solve: the best bound
+        solved at a deadline no tighter (the LP bound falls as the deadline grows), or
+        the bound without a deadline."""
+        floor = ends[0] if ends else math.nan
+        if deadline is None:
+            return floor
+        later = [b for d, b in lp_bounds if d >= deadline and not math.isnan(b)]
+        return max(later) if later else floor
+
     def at(deadline: float | None, start: Solution | None = None) -> Solution:
         """The plan at one deadline; `start` (a plan meeting it) seeds the search."""
         t0 = Budget.unlimited()
-        if lp is None:
+        if step is None:
             return tightened(solved(deadline), deadline)
-        seeds = [[start.modes[name] for name in original.names]] if start is not None else []
         scaled_deadline = None if deadline is None else deadline / time_unit
-        res = relax_once(lp, scaled_deadline, seeds)
-        if res is None:  # only at the fastest makespan, by float rounding in the LP
+        plan = seeded = None
+        if start is not None:
+            first = step.plan([start.modes[n] for n in original.names])
+            seeded = step.seeded(scaled_deadline, first)
+            # As in the sweep: close to `start`, the LP step only where `start` improved
+            # brings nothing new.
+            near = deadline is not None and (
+                deadline - start.makespan <= CHEAP_STEP_SPACING * t_fast
+            )
+            if near and seeded.modes != first.modes:
+                plan = seeded
+                plan.bound = lp_bound(scaled_deadline)
+        if plan is None:
+            plan, bound = step.with_lp(scaled_deadline, seeded)
+            if scaled_deadline is not None:
+                lp_bounds.append((scaled_deadline, bound))
+        if plan is None:  # only at the fastest makespan, by float rounding in the LP
             return tightened(solved(deadline), deadline)
-        sol = wrap(res.modes, deadline, res.bound, f"{lp_name} + rounding", t0)
-        return tightened(sol, deadline)
+        return tightened(point(plan, deadline, t0), deadline)
 
     def end(deadline: float | None) -> Solution:
         """A plan at an end of the frontier (None: the energy-minimizing end)."""
@@ -218,11 +273,23 @@ def frontier(
             return tightened(solved(deadline), deadline)
         if deadline is not None:
             return fastest_end(deadline)
-        # The energy-minimizing end runs the whole relax search until it stalls (as
-        # `solve(problem, None)` does), so that the frontier ends at the same plan.
-        t0 = budget_of(per_point)
-        inc = relax_plan(ip, None, fast, t_fast / time_unit, t0, lp=lp)
-        return tightened(wrap(inc.modes, None, inc.bound, inc.solver, t0), None)
+        return cheapest_end()
+
+    def cheapest_end() -> Solution:
+        """The energy-minimizing end: the search `solve(problem, None)` runs (its budget,
+        this fresh LP, its stop rule with the shorter window `END_STALL_MIN_S`), so that
+        the frontier ends on its way to that plan. The plans it passes through are kept
+        in `trail` as candidate points."""
+        assert lp is not None
+        budget = Budget.of(per_point) if on_wall else Budget.of_work(DEFAULT_WORK_S)
+        watch = EndWatch(
+            rule=StopRule(stall_min_s=END_STALL_MIN_S), clock=budget.clock, started=budget.started
+        )
+        inc = Incumbent.start(ip, None, fast, watch)
+        relax_stages(ip, inc, t_fast / time_unit, budget.child(keep=0.0), lp=lp)
+        trail.extend(watch.plans)
+        ends.append(inc.bound)
+        return tightened(wrap(inc.modes, None, inc.bound, inc.solver, budget), None)
 
     def fastest_end(deadline: float) -> Solution:
         """The plan at the fastest makespan: one LP step from the fastest plan, then
@@ -244,14 +311,31 @@ def frontier(
         modes = perturb_search(ip, start, deadline / time_unit, t0, patience=FAST_END_PATIENCE)
         return tightened(wrap(modes, deadline, bound, solver, t0), deadline)
 
+    trail: list[list[int]] = []  # plans the energy-minimizing end's search passed through
+    ends: list[float] = []  # its bound (the LP without a deadline), scaled
     cheapest = end(None)
     t_end = cheapest.makespan
     plans = [end(t_fast), cheapest]
     if t_end > t_fast * (1 + 1e-9):
-        prev = plans[0]
-        for d in np.linspace(t_fast, t_end, math.ceil(num_points * GRID_PER_POINT))[1:-1]:
-            prev = at(float(d), prev)
-            plans.append(prev)
+        plans += _trail_points(trail, exact is None, ends, wrap)
+        deadlines = np.linspace(t_fast, t_end, math.ceil(num_points * GRID_PER_POINT))[1:-1]
+        if step is not None:
+            t0 = Budget.unlimited()
+            start = step.plan([plans[0].modes[n] for n in original.names])
+            floor = ends[0] if ends and not math.isnan(ends[0]) else math.nan
+            last: list[int] | None = None
+            for d, plan in sweep_grid(step, deadlines / time_unit, start, floor):
+                if plan.lp:
+                    lp_bounds.append((d, plan.bound))
+                if plan.modes == last and exact is None:
+                    continue  # the plan before, at a looser deadline: filtered out anyway
+                last = plan.modes
+                plans.append(tightened(point(plan, d * time_unit, t0), d * time_unit))
+        else:
+            prev = plans[0]
+            for d in deadlines:
+                prev = at(float(d), prev)
+                plans.append(prev)
         plans = _fill(plans, num_points, at)
     out = pareto_filter(plans)
     # Every point must meet its own deadline; the status reflects its gap.
@@ -260,6 +344,33 @@ def frontier(
         for s in out
         if meets(s.makespan, s.deadline)
     ]
+
+
+def _trail_points(
+    trail: list[list[int]],
+    use: bool,
+    ends: list[float],
+    wrap: Callable[[list[int], float | None, float, str, Budget], Solution],
+) -> list[Solution]:
+    """The plans the energy-minimizing end's search passed through, as points at their
+    own makespans (bound: the LP without a deadline, certified at every deadline).
+
+    None on small problems (`use` False): there every point must be the exact optimum
+    at its makespan, and these are not solved exactly.
+    """
+    if not use or not ends:
+        return []
+    seen: set[tuple[int, ...]] = set()
+    out = []
+    t0 = Budget.unlimited()
+    for modes in trail:
+        key = tuple(modes)
+        if key in seen:
+            continue
+        seen.add(key)
+        sol = wrap(modes, None, ends[0], "the energy-minimizing end's search", t0)
+        out.append(replace(sol, deadline=sol.makespan))
+    return pareto_filter(out)
 
 
 def _fill(

@@ -89,3 +89,125 @@ def test_small_frontiers_are_full_and_tight(bf, seed: int) -> None:
         # ... and each is the optimum at its own makespan.
         best = min(e for m, e in truth if m <= s.makespan * (1 + 1e-9))
         assert s.energy == pytest.approx(best, rel=1e-9)
+
+
+def _random_pipeline(bf, seed: int, stages: int = 4, microbatches: int = 10):
+    """A 1F1B pipeline whose ops' speeds and powers are drawn from `seed`, with more
+    Pareto modes than `EXACT_COLUMNS` (the LP path of the frontier)."""
+    import numpy as np
+
+    from solvers import Mode
+
+    rng = np.random.default_rng(seed)
+    freqs = [1410 - 90 * k for k in range(6)]
+    base = {(s, k): rng.uniform(0.03, 0.1) for s in range(stages) for k in "fb"}
+    alpha = {(s, k): rng.uniform(0.6, 0.95) for s in range(stages) for k in "fb"}
+
+    def modes(stage: int, kind: str) -> tuple[Mode, ...]:
+        t_ref, a = base[stage, kind], alpha[stage, kind]
+        out = []
+        for f in freqs:
+            t = t_ref * (a * 1410 / f + 1 - a)
+            out.append(Mode(t, (100 + 260 * (f / 1410) ** 2.4) * t, label=f, setting=f))
+        return tuple(out)
+
+    return bf.one_f_one_b(stages, microbatches, modes, idle_w=70.0)
+
+
+def _lp_path(problem) -> None:
+    from solvers.frontier import EXACT_COLUMNS
+    from solvers.indexed import indexed
+    from solvers.milp import milp_columns
+    from solvers.scaling import scaled
+
+    assert milp_columns(scaled(indexed(problem))) > EXACT_COLUMNS
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_lp_frontier_ends_on_the_way_to_solves_plan(bf, monkeypatch, seed: int) -> None:
+    """The energy-minimizing end is `solve(problem, None)`'s own search, stopped by a
+    shorter stall window: never cheaper than that solve's plan, and with the solve's
+    window it is that very plan."""
+    import importlib
+
+    from solvers import solve
+    from solvers.stopping import STALL_MIN_S
+
+    problem = _random_pipeline(bf, seed)
+    _lp_path(problem)
+    reference = solve(problem, None, method="relax")
+    end = frontier(problem, num_points=20)[-1]
+    assert end.energy >= reference.energy * (1 - 1e-12)
+    assert end.energy <= reference.energy * (1 + 1e-3)
+    module = importlib.import_module("solvers.frontier")
+    monkeypatch.setattr(module, "END_STALL_MIN_S", STALL_MIN_S)
+    same = frontier(problem, num_points=20)[-1]
+    assert same.modes == reference.modes
+    assert same.energy == reference.energy
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_lp_frontier_points_carry_certified_bounds(bf, seed: int) -> None:
+    """Points swept without an LP solve of their own take the bound of a looser
+    deadline: at most the hull LP's optimum at their own deadline, and at most their
+    energy. Every point meets its deadline; two runs give the same frontier."""
+    from solvers.indexed import indexed
+    from solvers.lp import HullLP
+    from solvers.scaling import scaled
+
+    problem = _random_pipeline(bf, 10 + seed)
+    _lp_path(problem)
+    points = frontier(problem, num_points=25)
+    assert len(points) >= 25
+    ip = scaled(indexed(problem))
+    lp = HullLP(ip)
+    for s in points:
+        assert s.deadline is not None or s is points[-1]
+        if s.deadline is None:
+            continue
+        assert s.makespan <= s.deadline * (1 + 1e-9)
+        lp.set_deadline(s.deadline / ip.time_unit)
+        optimum = lp.solve()
+        assert optimum is not None
+        own = optimum.energy_bound(ip, s.deadline / ip.time_unit) * ip.energy_unit
+        assert s.lower_bound <= own * (1 + 1e-7)
+        assert s.lower_bound <= s.energy * (1 + 1e-9)
+    again = frontier(problem, num_points=25)
+    assert [(s.makespan, s.energy) for s in again] == [(s.makespan, s.energy) for s in points]
+
+
+def test_sweep_bounds_fall_as_deadlines_rise(bf) -> None:
+    """`sweep_grid`: every plan meets its deadline and gets a bound; the bounds fall
+    with the deadline (an LP-solved deadline's bound holds for every tighter one)."""
+    import math
+
+    import numpy as np
+
+    from solvers.frontier_sweep import SweepStep, sweep_grid
+    from solvers.indexed import indexed
+    from solvers.lp import HullLP
+    from solvers.scaling import scaled
+    from solvers.solve import fastest_plan
+
+    problem = _random_pipeline(bf, 7)
+    original = indexed(problem)
+    t_fast, fast = fastest_plan(original)
+    ip = scaled(original)
+    lp = HullLP(ip)
+    lp.set_deadline(None)
+    floor = lp.solve().energy_bound(ip, None)
+    step = SweepStep(ip, lp)
+    t0 = t_fast / ip.time_unit
+    out = sweep_grid(step, np.linspace(t0, 1.1 * t0, 40)[1:], step.plan(fast), floor)
+    assert any(plan.lp for _, plan in out) and not all(plan.lp for _, plan in out)
+    bounds = [plan.bound for _, plan in out]
+    assert all(not math.isnan(b) for b in bounds)
+    # Spaced wider than `CHEAP_STEP_SPACING`, every deadline gets the LP step.
+    wide = sweep_grid(step, np.linspace(t0, 1.4 * t0, 20)[1:], step.plan(fast), floor)
+    assert all(plan.lp for _, plan in wide)
+    assert all(a >= b - 1e-12 * abs(a) for a, b in itertools.pairwise(bounds))
+    for deadline, plan in out:
+        assert plan.times.makespan <= deadline * (1 + 1e-9)
+        assert plan.bound <= plan.energy * (1 + 1e-9)
+        assert plan.energy == pytest.approx(ip.evaluate(plan.modes).energy, rel=1e-12)
+    assert bounds[-1] >= floor * (1 - 1e-9)
