@@ -69,6 +69,7 @@ from eopt.sim.fit import (
     SimFit,
     fit_sim,
     holdout_error,
+    reaches_board_limit,
     summary_metrics,
 )
 from eopt.sim.kernels import get_kernel
@@ -432,9 +433,13 @@ def calibrate_gpu(spec: GpuData, table: MeasuredTable) -> dict[str, Any]:
     start = replace(a100_scaled(profile), p_core_w=profile.physics.p_core_w)
     used = fit_table(table, spec)
     began = time.perf_counter()
-    held = holdout_error(used, profile, "clocks", start=start)
-    baseline = holdout_error(used, profile, "clocks", start=a100_scaled(profile), free=())
-    fit = fit_sim(used, profile, start=start)
+    # A clock sweep that ran into the board's power limit is fitted under that limit.
+    capped = reaches_board_limit(used, profile)
+    held = holdout_error(used, profile, "clocks", start=start, board_limit=capped)
+    baseline = holdout_error(
+        used, profile, "clocks", start=a100_scaled(profile), free=(), board_limit=capped
+    )
+    fit = fit_sim(used, profile, start=start, board_limit=capped)
     metrics = summary_metrics(used, fit)
     knob_values = np.unique(table.knob_values())
     return {

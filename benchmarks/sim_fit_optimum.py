@@ -3,7 +3,9 @@
 Each GPU's rows of ``shared/data/dvfs/unified_modes.csv`` (the Perseus A40 and A100
 stage curves, and the models of ``benchmarks/sim_calibration.py --gpus``) are fitted with
 :func:`eopt.sim.fit.fit_sim` without every third interior clock (every other on sweeps of
-≤ 6 settings), from the same start as the calibration. Columns: held-out time / power /
+≤ 6 settings), from the same start as the calibration; a clock sweep whose power reaches
+the board's default limit (the A40 and A100 curves) is fitted under that limit
+(:func:`eopt.sim.fit.reaches_board_limit`). Columns: held-out time / power /
 energy error (mean |relative|, on the clocks left out); the optimum: kernels whose fitted
 energy-optimal setting, chosen among all the data's settings, lies within one setting of
 the measured one or costs at most 1 % more measured energy
@@ -17,6 +19,7 @@ share within 10 points of the data's on power-limit sweeps.
 
     python3 benchmarks/sim_fit_optimum.py                 # A40, A100, V100, RTX 6000
     python3 benchmarks/sim_fit_optimum.py --all           # every fitted model
+    python3 benchmarks/sim_fit_optimum.py --gpus A40 --no-save   # one model
     python3 benchmarks/sim_fit_optimum.py --smoke         # tests/data's RTX 8000 kernels
 """
 
@@ -42,6 +45,7 @@ from eopt.sim.fit import (
     fit_sim,
     holdout_error,
     optimum_checks,
+    reaches_board_limit,
     u_shaped,
 )
 from eopt.sim.profiles import load_profile
@@ -58,6 +62,12 @@ SMOKE_TABLE = Path("dvfs") / "nv_dvfs_benchmark" / "rtx8000-dvfs-real-profile.cs
 def _specs(everything: bool) -> list[cal.GpuData]:
     specs = [A100, *cal.GPUS]
     return specs if everything else [s for s in specs if s.model in DEFAULT_MODELS]
+
+
+def fit_options(table: MeasuredTable, profile: Any) -> dict[str, Any]:
+    """How a table is fitted: a clock sweep that ran into the board's power limit (the
+    A40's and the A100's top clocks) throttles in the model too."""
+    return {"board_limit": reaches_board_limit(table, profile)}
 
 
 def _u_shares(table: MeasuredTable, fit: Any) -> tuple[float, float] | None:
@@ -83,8 +93,9 @@ def judge(spec: cal.GpuData, table: MeasuredTable, kernels_holdout: bool) -> dic
     began = time.perf_counter()
     knob = used.knob_values()
     held = np.isin(knob, _held_knob_values(knob))
-    fit = fit_sim(used.select(~held), profile, start=start)
-    errors = holdout_error(used, profile, "clocks", start=start)
+    options = fit_options(used, profile)
+    fit = fit_sim(used.select(~held), profile, start=start, **options)
+    errors = holdout_error(used, profile, "clocks", start=start, **options)
     checks = optimum_checks(used, fit)
     extra = [c.extra_energy for c in checks]
     row: dict[str, Any] = {
@@ -100,7 +111,9 @@ def judge(spec: cal.GpuData, table: MeasuredTable, kernels_holdout: bool) -> dic
         "u_shape": _u_shares(used, fit),
     }
     if kernels_holdout and len(used.kernels) >= 2:
-        row["unseen_kernels"] = holdout_error(used, profile, "kernels", start=start).to_dict()
+        row["unseen_kernels"] = holdout_error(
+            used, profile, "kernels", start=start, **options
+        ).to_dict()
     row["seconds"] = time.perf_counter() - began
     return row
 
@@ -169,6 +182,11 @@ def _smoke_table() -> MeasuredTable:
 def main(argv: list[str] | None = None) -> int:
     parser = common.argument_parser(__doc__ or "", 3)
     parser.add_argument("--all", action="store_true", help="every fitted GPU model")
+    parser.add_argument(
+        "--gpus",
+        metavar="MODEL[,MODEL]",
+        help=f"only these models (default: {', '.join(DEFAULT_MODELS)}; with --all: all)",
+    )
     parser.add_argument("--strict", action="store_true", help="exit 1 on any FAIL")
     parser.add_argument("--no-save", action="store_true", help=f"do not write {NAME}.json")
     common.add_smoke_option(parser)
@@ -180,7 +198,17 @@ def main(argv: list[str] | None = None) -> int:
         spec = cal.GpuData("Quadro-RTX-8000", "nv_dvfs_benchmark", "quadro_rtx8000", "NV-DVFS")
         rows.append(judge(spec, _smoke_table(), kernels_holdout=False))
     else:
-        for spec in _specs(args.all):
+        specs = _specs(args.all or bool(args.gpus))
+        if args.gpus:
+            wanted = args.gpus.split(",")
+            unknown = sorted(set(wanted) - {s.model for s in specs})
+            if unknown:
+                parser.error(
+                    f"--gpus: unknown model(s) {unknown}; choose from "
+                    f"{', '.join(s.model for s in specs)}"
+                )
+            specs = [s for s in specs if s.model in wanted]
+        for spec in specs:
             table = cal.load_gpu_table(spec)
             rows.append(judge(spec, table, kernels_holdout=spec.source == "nv_dvfs_benchmark"))
             print(f"  fitted {spec.model} ({rows[-1]['seconds']:.0f} s)", file=sys.stderr)

@@ -109,6 +109,7 @@ def fit_command(
         holdout_error,
         optimum_checks,
         profile_document,
+        reaches_board_limit,
         read_library_table,
         summary_metrics,
     )
@@ -121,11 +122,13 @@ def fit_command(
     base_name, base_why = _base_profile(base, library_model)
     profile = load_profile(base_name)
     check_output(output, force)
+    # A sweep that ran into the board's power limit is fitted with that limit.
+    capped = reaches_board_limit(table, profile)
     try:
-        held = holdout_error(table, profile, holdout)
+        held = holdout_error(table, profile, holdout, board_limit=capped)
     except SimFitError as exc:
         raise UserError(f"{exc} (--holdout {holdout})") from None
-    fit = fit_sim(table, profile)
+    fit = fit_sim(table, profile, board_limit=capped)
     metrics = summary_metrics(table, fit)
     model = model_name or (f"{library_model}-fit" if library_model else f"{library.stem}-fit")
     provenance = (

@@ -33,16 +33,19 @@ __all__ = [
     "OPTIMUM_WEIGHT",
     "HoldoutError",
     "MeasuredTable",
+    "MemStep",
     "OptimumCheck",
     "SimFit",
     "SimFitError",
     "cannot_serve",
+    "find_mem_steps",
     "fit_sim",
     "holdout_error",
     "kernel_label",
     "memory_bound_kernels",
     "optimum_checks",
     "profile_document",
+    "reaches_board_limit",
     "read_library_table",
     "summary_metrics",
     "u_shaped",
@@ -73,6 +76,10 @@ OPTIMUM_WEIGHT = 0.5
 #: Extra weight of the rows near a kernel's optimum (e-folding at 2 % above it): they
 #: decide which setting a plan picks.
 NEAR_OPTIMUM_BOOST = 8.0
+#: Weight of the order residuals (see :func:`fit_sim`): a row measured more than
+#: :data:`OPTIMUM_ENERGY_TOLERANCE` above its kernel's optimum that the model puts less
+#: than half as far above costs this much per unit of the shortfall.
+ORDER_WEIGHT = 5.0
 _MIN_KNOB_VALUES = 3
 _SPARSE_FROM_KERNELS = 6
 
@@ -209,6 +216,8 @@ class SimFit:
         success: Whether the optimizer reported convergence.
         message: The optimizer's message.
         rms: Root-mean-square relative residual over the fitted rows.
+        board_limit: Whether rows without a power limit ran under ``power_limit_w``
+            (else: no throttling for them).
     """
 
     physics: GpuPhysics
@@ -220,6 +229,7 @@ class SimFit:
     success: bool = True
     message: str = ""
     rms: float = 0.0
+    board_limit: bool = False
 
     def predict(self, table: MeasuredTable) -> dict[str, np.ndarray]:
         """Model time (s), power (W), energy (J) and static power (W) for every row.
@@ -231,7 +241,8 @@ class SimFit:
         if missing:
             raise SimFitError(f"{table.source}: no fitted demand for kernel(s) {missing}")
         per = {
-            f: np.array([getattr(self.demands[k], f) for k in table.kernel]) for f in _PER_KERNEL
+            f: np.array([getattr(self.demands[k], f) for k in table.kernel])
+            for f in (*_PER_KERNEL, *_STEP_FIELDS)
         }
         overlap = float(next(iter(self.demands.values())).overlap_p)
         return _evaluate(self.physics, per, overlap, table, _Setting.of_fit(self))
@@ -243,10 +254,13 @@ class _Setting:
     f_min: float
     mem_max: float
     limit: float
+    board_limit: bool = False
 
     @classmethod
     def of_fit(cls, fit: SimFit) -> _Setting:
-        return cls(fit.f_max_mhz, fit.f_min_mhz, fit.mem_max_mhz, fit.power_limit_w)
+        return cls(
+            fit.f_max_mhz, fit.f_min_mhz, fit.mem_max_mhz, fit.power_limit_w, fit.board_limit
+        )
 
 
 def _evaluate(
@@ -264,10 +278,15 @@ def _evaluate(
         mem_activity=col["mem_activity"],  # type: ignore[arg-type]
         overlap_p=overlap_p,
         launch_s=col["launch_s"],  # type: ignore[arg-type]
+        **{f: col[f] for f in _STEP_FIELDS if f in col},  # type: ignore[arg-type]
     )
     f_set = np.where(np.isfinite(table.sm_clock_mhz), table.sm_clock_mhz, s.f_max)
     # A row without a limit ran at its set clock: the measured clock is what ran.
-    limit = np.where(np.isfinite(table.power_limit_w), table.power_limit_w, np.inf)
+    limit = np.where(
+        np.isfinite(table.power_limit_w),
+        table.power_limit_w,
+        s.limit if s.board_limit else np.inf,
+    )
     if not np.isfinite(limit).any():
         # Without a limit no slice throttles, and power is linear in activity: one slice
         # gives the same answer as many, in a fraction of the time.
@@ -330,6 +349,24 @@ def default_free(table: MeasuredTable) -> tuple[str, ...]:
 
 
 _PER_KERNEL = ("compute_s", "memory_s", "activity", "mem_activity", "launch_s")
+_STEP_FIELDS = (
+    "mem_step_mhz",
+    "mem_step_width_mhz",
+    "mem_step_slowdown",
+    "v_exposure",
+    "stall_activity",
+)
+#: A kernel's time rising with the SM clock by more than this in a run of neighbouring
+#: measured clocks (each rise above :data:`_STEP_EACH_RISE`), with power under
+#: :data:`_STEP_POWER_FRACTION` of the board's limit, is a memory step
+#: (see :mod:`eopt.sim.physics`). Noise of a locked clock is a fraction of a percent; a
+#: board at its power limit throttles and its time wanders by several, so those rows
+#: do not count.
+STEP_MIN_RISE = 0.03
+_STEP_EACH_RISE = 0.01
+_STEP_POWER_FRACTION = 0.9
+_STEP_SLOWDOWN_MAX = 3.0
+_NO_EXTRAS = KernelDemand(0.0, 0.0)  # the optional fields' defaults: none of them in use
 # Per-kernel start and bounds; times as fractions of the kernel's fastest measured time.
 _PER_X0 = (0.7, 0.3, 0.7, 0.5, 0.02)
 _PER_LO = (1e-4, 0.0, 0.02, 0.0, 0.0)
@@ -346,6 +383,12 @@ def fit_sim(
     max_nfev: int = 200,
     optimum_weight: float = OPTIMUM_WEIGHT,
     near_optimum_boost: float = NEAR_OPTIMUM_BOOST,
+    mem_steps: bool = True,
+    order_weight: float = ORDER_WEIGHT,
+    exposure: bool = True,
+    board_limit: bool = False,
+    stall: bool = True,
+    free_step_centre: bool = True,
 ) -> SimFit:
     """Fit shared physics and per-kernel demands to a measured table.
 
@@ -354,7 +397,8 @@ def fit_sim(
     energy relative to its energy at the measured energy-optimal setting (what a plan
     chooses by: where the energy curve bottoms out and how it rises on either side, which
     per-row errors of a percent or two can move by several clock steps; rows near the
-    optimum weigh more), with :func:`scipy.optimize.least_squares` (trust-region
+    optimum weigh more; order residuals keep clean losers ranked behind the optimum),
+    with :func:`scipy.optimize.least_squares` (trust-region
     reflective, bounded, sparse Jacobian: each kernel's rows depend on its own demand and
     the shared parameters only).
 
@@ -362,7 +406,8 @@ def fit_sim(
         Every row ran long enough (or back to back) for the die to reach its steady
         temperature; a row that names a power limit ran at the top clock (or its set
         one) under that limit, a row without one ran at its set clock (the measured
-        clock is what ran: no throttling is modelled for it).
+        clock is what ran: no throttling is modelled for it), or, with ``board_limit``,
+        under the board's default limit.
         Clock-tree and core power (``p_clock_w``, ``p_core_w``), memory power and the
         thermal constants stay at ``start``'s values: core power and a kernel's activity
         are not separable from time and power alone.
@@ -380,6 +425,17 @@ def fit_sim(
             ones (0: time and power only).
         near_optimum_boost: Extra weight of the shape residuals of rows near the
             optimum (× e^(−excess/2 %) where excess is the row's energy above it).
+        mem_steps: Give each kernel whose measured time rises with the clock (see
+            :func:`find_mem_steps`) a memory step there, its size fitted.
+        order_weight: Weight of the order residuals (clock sweeps only): a row measured
+            more than :data:`OPTIMUM_ENERGY_TOLERANCE` above its kernel's optimum that the
+            model puts less than half as far above costs the shortfall (0: none).
+        exposure: On clock sweeps, fit each kernel's ``v_exposure``.
+        stall: On clock sweeps, fit each kernel's ``stall_activity``.
+        free_step_centre: Fit where inside the unmeasured gap each memory step sits
+            (else: its middle).
+        board_limit: Rows without a power limit ran under the profile's default limit
+            (see :func:`reaches_board_limit`); slower, as throttled rows are bisected.
 
     Returns:
         The fit.
@@ -393,7 +449,7 @@ def fit_sim(
     if unknown:
         raise SimFitError(f"unknown shared parameter(s) {unknown}; choose from {_SHARED_NAMES}")
     phys0 = start if start is not None else profile.physics
-    s = _setting(table, profile)
+    s = replace(_setting(table, profile), board_limit=board_limit)
     kernels = table.kernels
     rows_of = {k: np.flatnonzero(np.array(table.kernel) == k) for k in kernels}
     for k, rows in rows_of.items():
@@ -417,6 +473,48 @@ def fit_sim(
             x0[len(names) + j * per_n + 4] = 0.0
     kernel_index = np.array([kernels.index(k) for k in table.kernel])
     t_ref_row = np.array([t_ref[k] for k in table.kernel])
+    # Memory steps: where each sits comes from the data (a rise is a place, not a
+    # gradient); only its size is a parameter, one per stepped kernel, after the rest.
+    steps = find_mem_steps(table, profile) if mem_steps else {}
+    stepped = [k for k in kernels if k in steps]
+    step_base = len(names) + per_n * len(kernels)
+    x0 += [min(2.0 * steps[k].rise, _STEP_SLOWDOWN_MAX) for k in stepped]
+    lo += [0.0] * len(stepped)
+    hi += [_STEP_SLOWDOWN_MAX] * len(stepped)
+    step_col = np.array([step_base + stepped.index(k) if k in steps else -1 for k in table.kernel])
+    # Voltage exposure: one per kernel, after the steps; only clock sweeps show it.
+    exposed = exposure and table.knob == "sm_clock_mhz"
+    exp_base = step_base + len(stepped)
+    if exposed:
+        x0 += [1.0] * len(kernels)
+        lo += [0.0] * len(kernels)
+        hi += [1.0] * len(kernels)
+    exp_col = exp_base + kernel_index
+    stalled = stall and table.knob == "sm_clock_mhz"
+    stall_base = exp_base + (len(kernels) if exposed else 0)
+    if stalled:
+        x0 += [0.0] * len(kernels)
+        lo += [0.0] * len(kernels)
+        hi += [1.0] * len(kernels)
+    stall_col = stall_base + kernel_index
+    centre_base = stall_base + (len(kernels) if stalled else 0)
+    if free_step_centre:
+        # Where the rise starts inside its gap is unmeasured; it may also start up to one
+        # gap lower (the A40's BLOOM forward draws more power a clock before it slows).
+        x0 += [0.0] * len(stepped)
+        lo += [-1.0] * len(stepped)
+        hi += [0.5] * len(stepped)
+    centre_col = np.array(
+        [centre_base + stepped.index(k) if k in steps else -1 for k in table.kernel]
+    )
+    step_fixed = {
+        "mem_step_mhz": np.array(
+            [steps[k].centre_mhz if k in steps else math.inf for k in table.kernel]
+        ),
+        "mem_step_width_mhz": np.array(
+            [steps[k].width_mhz if k in steps else 0.0 for k in table.kernel]
+        ),
+    }
     has_static = np.isfinite(table.static_power_w)
     # Each row's reference: its kernel's measured energy-optimal row (per memory clock).
     e_meas = table.time_s * table.power_w
@@ -425,15 +523,32 @@ def fit_sim(
     # Rows within a few percent of the optimum decide which setting a plan picks.
     near = np.exp(-(shape_meas - 1.0) / 0.02)
     shape_weight = optimum_weight * (1.0 + near_optimum_boost * near)
+    # Rows a plan must not pick: measurably (> the optimum tolerance) above the minimum.
+    loser = shape_meas > 1.0 + OPTIMUM_ENERGY_TOLERANCE
+    # On power-limit sweeps they cost the RTX 6000's held-out energy error a point (3.8 →
+    # 4.9 %) and moved no optimum: clock sweeps only.
+    use_order = optimum_weight > 0 and order_weight > 0 and table.knob == "sm_clock_mhz"
 
     def unpack(x: np.ndarray) -> tuple[GpuPhysics, float, dict[str, np.ndarray]]:
         shared = dict(zip(names, x[: len(names)], strict=True))
         phys = _with_shared(phys0, shared, s.f_max)
         ov = float(shared.get("overlap_p", overlap_p))
-        per_k = x[len(names) :].reshape(len(kernels), per_n)[kernel_index]
+        per_k = x[len(names) : step_base].reshape(len(kernels), per_n)[kernel_index]
         per = {f: per_k[:, i] for i, f in enumerate(_PER_KERNEL)}
         for f in ("compute_s", "memory_s", "launch_s"):
             per[f] = per[f] * t_ref_row
+        if stepped:
+            per.update(step_fixed)
+            per["mem_step_slowdown"] = np.where(step_col >= 0, x[np.maximum(step_col, 0)], 0.0)
+        if stepped and free_step_centre:
+            shift = np.where(centre_col >= 0, x[np.maximum(centre_col, 0)], 0.0)
+            per["mem_step_mhz"] = (
+                step_fixed["mem_step_mhz"] + shift * step_fixed["mem_step_width_mhz"]
+            )
+        if exposed:
+            per["v_exposure"] = x[exp_col]
+        if stalled:
+            per["stall_activity"] = x[stall_col]
         return phys, ov, per
 
     def residuals(x: np.ndarray) -> np.ndarray:
@@ -444,15 +559,28 @@ def fit_sim(
             res.append(out["static_power_w"][has_static] / table.static_power_w[has_static] - 1)
         if optimum_weight > 0:
             e_model = out["energy_j"]
-            res.append(shape_weight * (e_model / e_model[ref_row] - shape_meas))
+            shape_model = e_model / e_model[ref_row]
+            res.append(shape_weight * (shape_model - shape_meas))
+            if use_order:
+                # Zero while the model ranks every clean loser behind the optimum.
+                short = 0.5 * (shape_meas - 1.0) - (shape_model - 1.0)
+                res.append(order_weight * np.where(loser, np.maximum(short, 0.0), 0.0))
         return np.concatenate(res)
 
     n_rows = len(table)
     n_static = int(has_static.sum())
     n_res = 2 * n_rows + n_static + (n_rows if optimum_weight > 0 else 0)
+    n_res += n_rows if use_order else 0
     sparsity = lil_matrix((n_res, len(x0)), dtype=int)
     sparsity[:, : len(names)] = 1
-    row_cols = [slice(len(names) + j * per_n, len(names) + (j + 1) * per_n) for j in kernel_index]
+    row_cols = [
+        [*range(len(names) + j * per_n, len(names) + (j + 1) * per_n)]
+        + ([int(step_col[r])] if step_col[r] >= 0 else [])
+        + ([int(exp_col[r])] if exposed else [])
+        + ([int(stall_col[r])] if stalled else [])
+        + ([int(centre_col[r])] if centre_col[r] >= 0 and free_step_centre else [])
+        for r, j in enumerate(kernel_index)
+    ]
     for r, cols in enumerate(row_cols):
         sparsity[r, cols] = 1
         sparsity[n_rows + r, cols] = 1
@@ -461,6 +589,8 @@ def fit_sim(
     if optimum_weight > 0:
         for r, cols in enumerate(row_cols):
             sparsity[2 * n_rows + n_static + r, cols] = 1  # the reference row is its kernel's
+            if use_order:
+                sparsity[3 * n_rows + n_static + r, cols] = 1
     result = least_squares(
         residuals,
         np.array(x0),
@@ -473,7 +603,7 @@ def fit_sim(
         max_nfev=max_nfev,
     )
     phys, ov, _ = unpack(result.x)
-    per_kernel = result.x[len(names) :].reshape(len(kernels), per_n)
+    per_kernel = result.x[len(names) : step_base].reshape(len(kernels), per_n)
     demands = {
         k: KernelDemand(
             compute_s=float(p[0] * t_ref[k]),
@@ -482,8 +612,24 @@ def fit_sim(
             mem_activity=float(p[3]),
             overlap_p=ov,
             launch_s=float(p[4] * t_ref[k]),
+            **(
+                {
+                    "mem_step_mhz": steps[k].centre_mhz
+                    + (
+                        float(result.x[centre_base + stepped.index(k)]) * steps[k].width_mhz
+                        if free_step_centre
+                        else 0.0
+                    ),
+                    "mem_step_width_mhz": steps[k].width_mhz,
+                    "mem_step_slowdown": float(result.x[step_base + stepped.index(k)]),
+                }
+                if k in steps
+                else {}
+            ),
+            v_exposure=float(result.x[exp_base + i]) if exposed else 1.0,
+            stall_activity=float(result.x[stall_base + i]) if stalled else 0.0,
         )
-        for k, p in zip(kernels, per_kernel, strict=True)
+        for i, (k, p) in enumerate(zip(kernels, per_kernel, strict=True))
     }
     return SimFit(
         physics=phys,
@@ -495,7 +641,90 @@ def fit_sim(
         success=bool(result.success),
         message=str(result.message),
         rms=float(np.sqrt(np.mean(result.fun**2))),
+        board_limit=board_limit,
     )
+
+
+@dataclass(frozen=True)
+class MemStep:
+    """Where a kernel's measured time rises with the SM clock (a memory step).
+
+    Attributes:
+        centre_mhz: Middle of the rise, in MHz.
+        width_mhz: Clock span the rise takes, between the measured clocks on either side
+            of it, in MHz.
+        rise: Measured time at the top of the rise over the time at its foot, − 1.
+    """
+
+    centre_mhz: float
+    width_mhz: float
+    rise: float
+
+
+def find_mem_steps(table: MeasuredTable, profile: GpuProfile) -> dict[str, MemStep]:
+    """Kernels whose measured time rises with the SM clock, and where.
+
+    Judged from the data alone, per kernel at its top memory clock, over its measured
+    clocks in order: a run of neighbouring clocks at each of which time rises by more
+    than 1 %, by at least :data:`STEP_MIN_RISE` in all, with power under 90 % of the
+    board's default limit at both ends (a board at its limit throttles, and its time
+    wanders). The largest such run per kernel is its step. A power-limit sweep has no
+    clocks to judge by and gives none.
+
+    Args:
+        table: The measurements.
+        profile: The GPU's profile (its default power limit).
+    """
+    if table.knob != "sm_clock_mhz":
+        return {}
+    sub = table.select(_top_mem_rows(table))
+    names = np.array(sub.kernel)
+    power_cap = _STEP_POWER_FRACTION * profile.power_limit_default_w
+    found: dict[str, MemStep] = {}
+    for k in sub.kernels:
+        rows = np.flatnonzero(names == k)
+        rows = rows[np.argsort(sub.sm_clock_mhz[rows], kind="stable")]
+        f, t, p = sub.sm_clock_mhz[rows], sub.time_s[rows], sub.power_w[rows]
+        rising = t[1:] / t[:-1] - 1.0 > _STEP_EACH_RISE
+        best: MemStep | None = None
+        j = 0
+        while j < len(rising):
+            if not rising[j]:
+                j += 1
+                continue
+            end = j
+            while end + 1 < len(rising) and rising[end + 1]:
+                end += 1
+            a, b = j, end + 1  # the run's foot and top
+            rise = float(t[b] / t[a] - 1.0)
+            quiet = max(p[a], p[b]) < power_cap
+            if quiet and rise >= STEP_MIN_RISE and (best is None or rise > best.rise):
+                best = MemStep(float(0.5 * (f[a] + f[b])), float(f[b] - f[a]), rise)
+            j = end + 1
+        if best is not None:
+            found[k] = best
+    return found
+
+
+#: A clock sweep whose power comes within this fraction of the board's default limit ran
+#: into it: see :func:`reaches_board_limit`.
+NEAR_LIMIT_FRACTION = 0.9
+
+
+def reaches_board_limit(table: MeasuredTable, profile: GpuProfile) -> bool:
+    """Whether a clock sweep's rows without a power limit ran into the board's default one.
+
+    True when some such row drew at least :data:`NEAR_LIMIT_FRACTION` of
+    ``profile.power_limit_default_w``: there the board held its power by lowering the
+    clock (the Perseus A40 stages sit at 290–300 W from 1500 MHz up, with time no longer
+    falling), which a fit must model (``fit_sim(..., board_limit=True)``) or it bends its
+    voltage curve and static power to explain it, and with them every kernel's
+    energy-optimal clock.
+    """
+    free = ~np.isfinite(table.power_limit_w)
+    if table.knob != "sm_clock_mhz" or not free.any():
+        return False
+    return bool(np.max(table.power_w[free]) >= NEAR_LIMIT_FRACTION * profile.power_limit_default_w)
 
 
 def _optimum_rows(table: MeasuredTable, energy_j: np.ndarray) -> np.ndarray:
@@ -823,7 +1052,11 @@ def profile_document(
     if errors is not None:
         doc["fit"] = dict(errors)
     doc["fitted_kernels"] = {
-        k: {f: _round(getattr(d, f)) for f in (*_PER_KERNEL, "overlap_p")}
+        k: {
+            f: _round(getattr(d, f))
+            for f in (*_PER_KERNEL, "overlap_p", *_STEP_FIELDS)
+            if f in (*_PER_KERNEL, "overlap_p") or getattr(d, f) != getattr(_NO_EXTRAS, f)
+        }
         for k, d in fit.demands.items()
     }
     return doc
@@ -939,4 +1172,20 @@ def cannot_serve(table: MeasuredTable, profile: GpuProfile) -> list[str]:
                 f"{len(profile.sm_clocks_mhz)}): never measured, extrapolated"
             )
         lines.append("power limits: no row ran under a limit, so throttling is the start profile's")
+        if reaches_board_limit(table, profile):
+            free = ~np.isfinite(table.power_limit_w)
+            hot = table.power_w[free] >= NEAR_LIMIT_FRACTION * profile.power_limit_default_w
+            f_hot = float(np.min(table.sm_clock_mhz[free][hot]))
+            lines.append(
+                f"clocks from {f_hot:.0f} MHz up ran into the board's "
+                f"{profile.power_limit_default_w:.0f} W limit: the fit throttles them there, "
+                "so under another limit they are extrapolated"
+            )
+        for k, step in find_mem_steps(table, profile).items():
+            lo = step.centre_mhz - step.width_mhz / 2
+            lines.append(
+                f"{k}: its time rises {100 * step.rise:.0f} % between {lo:.0f} and "
+                f"{lo + step.width_mhz:.0f} MHz (a memory step); clocks between those two "
+                "were not measured, and where in between it starts is the fit's guess"
+            )
     return lines

@@ -24,6 +24,21 @@ Model (all powers in W, clocks in MHz, times in s, temperatures in °C):
   clock limits even memory-bound kernels (a V100's slow 2.3–2.6× at 0.29 f_max, an
   RTX 8000's hardly at all); ``q = mem_core_p`` is how sharply the two stages hand over.
   ``s = 0``: memory time ignores the SM clock.
+* A kernel's memory step (optional, per kernel): above a clock ``c`` its memory time
+  grows by the factor ``1 + k·clip((f − c)/w + ½, 0, 1)`` — a ramp of width ``w`` centred
+  on ``c``. Measured sweeps show it as a kernel's time *rising* with the clock while its
+  power falls (the Perseus A40 stages: +6 % and +10 % over 30 MHz at 975 and 1065 MHz,
+  far under the power limit), a memory stall no smooth clock law produces; it moves that
+  kernel's energy-optimal clock to just below ``c``. ``k = 0`` (the default): no step.
+* A kernel's voltage exposure ``x`` (optional, per kernel, default 1): only the share
+  ``x`` of its core dynamic power follows ``v²``; the rest stays at the floor's
+  ``v_min²`` (switching in blocks fed at a fixed voltage). Below the knee nothing
+  changes; above it, a kernel with ``x < 1`` pays less for the clock, so its
+  energy-optimal clock lies higher (the Perseus A40 stages: 1050 MHz for GPT-3 forward,
+  1140 MHz for BLOOM backward, with the same time scaling).
+* Stall power (optional, per kernel, default 0): SMs waiting on memory stay clocked and
+  draw ``p_core·stall_activity·(1 − u_c)·v²·f/f_max``. It rises with the clock while it
+  buys no time, so a memory-heavier kernel's energy-optimal clock lies lower.
 * Memory power ``p_mem·mem_activity·u_m·m``: the DRAM's energy per byte is fixed, so its
   power follows the bandwidth the memory clock allows.
 * Power-limit throttling: a kernel's activity is not uniform; it is modelled as ``phases``
@@ -52,6 +67,7 @@ __all__ = [
     "kernel_run",
     "kernel_run_arrays",
     "leak_factor",
+    "mem_step_ramp",
     "static_power_w",
     "steady_state_run",
     "thermal_step_c",
@@ -150,6 +166,17 @@ class KernelDemand:
         mem_activity: Memory-system activity while the memory pipe is busy (0–1.5).
         overlap_p: p-norm exponent combining compute and memory time (≥ 1).
         launch_s: Fixed launch/tail overhead, in s.
+        mem_step_mhz: Centre of the kernel's memory step, in MHz (see the module
+            docstring; inf: none).
+        mem_step_width_mhz: Width of the step's ramp, in MHz (0: a sharp step).
+        mem_step_slowdown: Relative growth of the memory time above the step (0: none,
+            which reproduces the model without a step exactly).
+        v_exposure: Share of the kernel's core dynamic power that follows the voltage
+            curve above the knee (1: all of it, the model without this parameter; the
+            rest stays at the floor voltage's ``v_min²``).
+        stall_activity: Core activity while the compute pipe waits (clocked, not
+            computing: the share ``1 − u_c`` of the time), 0–1 (0: stalled SMs draw
+            nothing beyond static power, the model without this parameter).
     """
 
     compute_s: float
@@ -158,6 +185,11 @@ class KernelDemand:
     mem_activity: float = 0.8
     overlap_p: float = 3.0
     launch_s: float = 5e-6
+    mem_step_mhz: float = math.inf
+    mem_step_width_mhz: float = 0.0
+    mem_step_slowdown: float = 0.0
+    v_exposure: float = 1.0
+    stall_activity: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -216,10 +248,20 @@ def _time_and_utils(
     t_c = demand.compute_s * slow
     share, q = phys.mem_core_share, phys.mem_core_p
     t_m = demand.memory_s * ((1.0 / mem_rel) ** q + (share * slow) ** q) ** (1.0 / q)
+    if np.any(np.asarray(demand.mem_step_slowdown) != 0.0):
+        # Skipped without a step, so every kernel without one keeps its numbers bit for bit.
+        t_m = t_m * (1.0 + demand.mem_step_slowdown * mem_step_ramp(demand, f_mhz))
     p = demand.overlap_p
     busy = (t_c**p + t_m**p) ** (1.0 / p)
     total = busy + demand.launch_s
     return total, t_c / total, t_m / total
+
+
+def mem_step_ramp(demand: KernelDemand, f_mhz: Any) -> Any:
+    """How far clock ``f_mhz`` (MHz) is into ``demand``'s memory step: 0 below, 1 above."""
+    width = np.maximum(np.asarray(demand.mem_step_width_mhz, dtype=float), 1e-9)
+    x = (np.asarray(f_mhz, dtype=float) - demand.mem_step_mhz) / width + 0.5
+    return np.clip(np.nan_to_num(x, nan=0.0, neginf=0.0), 0.0, 1.0)
 
 
 def _slice_power_w(
@@ -234,7 +276,12 @@ def _slice_power_w(
     _, u_c, u_m = _time_and_utils(phys, demand, f_mhz, f_max_mhz, mem_rel)
     v = voltage_rel(phys, f_mhz, f_max_mhz)
     f_rel = np.asarray(f_mhz, dtype=float) / f_max_mhz
-    dynamic = phys.p_core_w * activity * u_c * v**2 * f_rel
+    x = demand.v_exposure
+    # Skipped at the default, so every kernel without the parameter keeps its numbers.
+    v2 = v**2 if np.all(np.asarray(x) == 1.0) else x * v**2 + (1.0 - x) * phys.v_min**2
+    dynamic = phys.p_core_w * activity * u_c * v2 * f_rel
+    if np.any(np.asarray(demand.stall_activity) != 0.0):
+        dynamic = dynamic + phys.p_core_w * demand.stall_activity * (1.0 - u_c) * v2 * f_rel
     memory = phys.p_mem_w * demand.mem_activity * u_m * mem_rel
     return _static_w(phys, v, f_rel, temp_c) + dynamic + memory
 
