@@ -80,6 +80,8 @@ class JobRecord:
         entry: The entry context φ the device reported at its start.
         co_runners: Element types it overlapped with (runtime context ρ).
         throttled: Whether the device reported a power throttle while it ran.
+        sm_clock_mhz: Its mean effective SM clock, in MHz (NaN: not reported). A power
+            limit or budget that bites lowers it; a shared SM, memory or link does not.
     """
 
     element: str
@@ -90,6 +92,7 @@ class JobRecord:
     entry: Mapping[str, Any]
     co_runners: tuple[str, ...]
     throttled: bool
+    sm_clock_mhz: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -458,6 +461,7 @@ class SimRunner:
                     entry=dict(rec.entry_context),
                     co_runners=tuple(sorted(others)),
                     throttled=bool(rec.throttled),
+                    sm_clock_mhz=float(rec.sm_clock_mhz),
                 )
             )
         last_end = max(hi for _, hi in spans.values())

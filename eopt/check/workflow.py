@@ -14,11 +14,14 @@
    pair that deviates on its own is the finding. When none does, the effect accumulates
    over the prefix (a prefix finding).
 4. **Identify** the mechanism with its protocol: co-run against isolation for runtime
-   pairs (a power throttle reported while co-running names the power budget, otherwise
-   the shared resource: SMs and memory bandwidth on one device, the interconnect across
-   devices); for entry pairs, vary the preceding element's data (cold buffers: cache),
-   the idle gap that lets a clock change settle (clock state), and replace the
-   predecessors by idle time (their heat: thermal).
+   pairs (a power throttle reported while co-running that lowers a member's SM clock
+   below its clock alone names the power cap or node budget — a kernel at its own limit
+   reports a throttle alone too — otherwise the shared resource: SMs and memory
+   bandwidth on one device, the interconnect across devices); for entry pairs, vary the
+   preceding element's data (cold buffers: cache), the idle gap that lets a clock change
+   settle (clock state: the consumer's clock differs from its predecessor's, or the
+   device reports a change still settling at its entry), and replace the predecessors by
+   idle time (their heat: thermal).
 5. **Characterize** and **refine**: the consumer's signature at the context its producer
    leaves (entry), the pair's co-run composite (runtime on one device) or each endpoint's
    co-run values (across devices), or, for an effect accumulated over a prefix, the
@@ -40,6 +43,7 @@ import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from statistics import NormalDist
 from typing import Any, Literal
 
 import numpy as np
@@ -72,6 +76,9 @@ Kind = Literal["entry", "runtime"]
 LOCALIZE_CONFIDENCE = 0.999
 # An entry temperature this much above the null context's is heat left behind, in K.
 _WARMER_C = 0.5
+# A co-run's SM clock this far below the members' clocks alone is a power throttle that
+# bites (a relative drop; far above the locked clock's wander, far below a throttle's).
+_CLOCK_DROP_MIN = 0.002
 # Start differences below this are the same configuration (1 µs).
 _SAME_OFFSET_S = 1e-6
 _EPS_S = 1e-12
@@ -782,6 +789,30 @@ def _overlap(p: Placement, q: Placement) -> bool:
     return p.start < q.end - _EPS_S and q.start < p.end - _EPS_S
 
 
+def _clock_drop(ses: _Session, pair: Sequence[int], pair_runs: RunSet) -> float | None:
+    """How far the pair's co-run lowered a member's mean SM clock below its clock alone.
+
+    Returns the largest relative drop that clears its noise (Welch's statistic beyond
+    the localization level's two-sided quantile, and more than
+    :data:`_CLOCK_DROP_MIN`), 0 when none does, None when the runner reports no clock.
+    """
+    z = float(NormalDist().inv_cdf(1.0 - (1.0 - LOCALIZE_CONFIDENCE) / 2.0))
+    best = 0.0
+    for pos, i in enumerate(pair):
+        alone = np.array([run[0].sm_clock_mhz for run in ses.measure([ses.job(i)]).jobs])
+        co = np.array([run[pos].sm_clock_mhz for run in pair_runs.jobs])
+        if not (np.all(np.isfinite(alone)) and np.all(np.isfinite(co))):
+            return None
+        m_alone, m_co = float(alone.mean()), float(co.mean())
+        if m_alone <= 0.0:
+            continue
+        rel = 1.0 - m_co / m_alone
+        se = math.sqrt(alone.var(ddof=1) / alone.size + co.var(ddof=1) / co.size)
+        if rel > _CLOCK_DROP_MIN and (m_alone - m_co) > z * se:
+            best = max(best, rel)
+    return best
+
+
 def _devs(ses: _Session, idxs: Sequence[int]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(ses.placements[i].device for i in idxs))
 
@@ -854,12 +885,20 @@ def _runtime_finding(
     """A runtime pair: characterized where it ran, in the whole schedule (its realized
     entry state, start jitter and later co-runners included)."""
     pa, pb = ses.placements[a], ses.placements[b]
-    iso_throttled = any(
-        rec.throttled for i in (a, b) for run in ses.measure([ses.job(i)]).jobs for rec in run
-    )
-    co_throttled = np.mean([any(r.throttled for r in run) for run in pair_runs.jobs])
+    co_throttled = float(np.mean([any(r.throttled for r in run) for run in pair_runs.jobs]))
     same = pa.device == pb.device
-    power = co_throttled >= 0.5 and not iso_throttled
+    drop = _clock_drop(ses, sorted((a, b)), pair_runs)
+    if drop is None:
+        # No clock telemetry: a throttle reported while co-running and never alone.
+        iso_throttled = any(
+            rec.throttled for i in (a, b) for run in ses.measure([ses.job(i)]).jobs for rec in run
+        )
+        power = co_throttled >= 0.5 and not iso_throttled
+    else:
+        # A kernel near its own limit reports a throttle alone too, so the flag alone
+        # cannot tell; a power limit or budget that bites lowers the clock the pair runs
+        # at, while a shared SM, memory or link stretches the work at the same clock.
+        power = co_throttled >= 0.5 and drop > 0.0
     if same:
         mechanism = "power_cap" if power else "contention"
     else:
@@ -868,6 +907,7 @@ def _runtime_finding(
         f"co-run vs isolation: {rep.energy.relative:+.2%} energy, "
         + (f"{rep.time.relative:+.2%} time" if rep.time else "")
         + (f"; power throttle reported in {co_throttled:.0%} of co-runs" if power else "")
+        + (f", SM clock {-drop:+.2%} against isolation" if power and drop else "")
     )
     names = (pa.signature.name, pb.signature.name)
     offset = abs(pb.start - pa.start)
@@ -1018,6 +1058,12 @@ def _entry_finding(
     clocks_differ = (
         spec_e is not None and spec_p is not None and spec_e.sm_clock_mhz != spec_p.sm_clock_mhz
     )
+    # A clock changed earlier may still be settling when the consumer starts (a change
+    # takes tens of ms, many elements long): the state the device reports at its entry.
+    settling = False
+    if p is not None and not clocks_differ:
+        left = [run[k].entry.get("clock_settling_s", 0.0) for run in ses.measure(base_jobs).jobs]
+        settling = float(np.mean([x > 0.0 for x in left])) >= 0.5
     # Cache protocol: the same predecessor, the consumer on cold buffers of its own.
     if shares_data:
         jobs = list(base_jobs)
@@ -1028,7 +1074,7 @@ def _entry_finding(
     # Idle-gap protocol: a gap far beyond a clock's settling, far below thermal time
     # constants, with the consumer's clock set at its start.
     gap = 0.05
-    if mechanism == "unexplained" and p is not None and clocks_differ:
+    if mechanism == "unexplained" and p is not None and (clocks_differ or settling):
         jobs = list(base_jobs)
         jobs[k] = ses.job(e, shift=gap, settle_before_s=gap)
         for m in range(k + 1, len(jobs)):
@@ -1075,11 +1121,24 @@ def _entry_finding(
         s_dev = ses.runner.static_power_w(ses.placements[first].signature.name)
         # measure() starts a piece at its first start: no idle lead-in to take out.
         dev_e = rs_dev.device_energy_j.get(pe.device, rs_dev.energy_j)
+        dev_t = rs_dev.time_s
+        everyone = list(range(len(ses.placements)))
+        idle_of = getattr(ses.runner, "idle_power_w", None)
+        if len(_devs(ses, everyone)) > 1 and callable(idle_of):
+            # With other devices the schedule outlasts this one, and the state its
+            # prefix left (a clock still settling, a warmer die) keeps its idle draw off
+            # the null one to the end: the timeline runs to the schedule's end, from
+            # the whole schedule's runs, less the idle lead-in before its first start.
+            whole = ses.measure([ses.job(i) for i in everyone])
+            lead = np.array([run[first].start_s for run in whole.jobs])
+            lead_w = float(idle_of(ses._clock_of(ses.placements[first].signature)))
+            dev_e = whole.device_energy_j[pe.device] - lead_w * lead
+            dev_t = whole.time_s - lead
         comp = _signature(
             name,
             pe.device,
             dev_e,
-            rs_dev.time_s,
+            dev_t,
             s_dev,
             None,
             {
