@@ -42,6 +42,7 @@ __all__ = [
     "fit_sim",
     "holdout_error",
     "kernel_label",
+    "limit_bound_kernels",
     "memory_bound_kernels",
     "optimum_checks",
     "profile_document",
@@ -80,6 +81,12 @@ NEAR_OPTIMUM_BOOST = 8.0
 #: :data:`OPTIMUM_ENERGY_TOLERANCE` above its kernel's optimum that the model puts less
 #: than half as far above costs this much per unit of the shortfall.
 ORDER_WEIGHT = 5.0
+#: Share of a row's power limit its measured power must reach, at some setting, for a
+#: power-limit sweep to move that kernel (:func:`limit_bound_kernels`). The Zeus RTX 6000
+#: kernels split with a gap: those the limit throttles reach 88–100 % of it (their time
+#: rises as the limit falls); the rest stay at 56–82 % of even the lowest limit, run
+#: unthrottled at every setting, and their energy varies only by measurement noise.
+LIMIT_REACH = 0.85
 _MIN_KNOB_VALUES = 3
 _SPARSE_FROM_KERNELS = 6
 
@@ -1140,6 +1147,29 @@ def u_shaped(energy_j: np.ndarray, knob: np.ndarray) -> bool:
     e = np.asarray(energy_j, dtype=float)[order]
     i = int(np.argmin(e))
     return 0 < i < e.size - 1
+
+
+def limit_bound_kernels(table: MeasuredTable, reach: float = LIMIT_REACH) -> list[str]:
+    """The kernels of a power-limit sweep whose power reaches its limit at some setting.
+
+    A kernel whose measured power stays under ``reach`` × the limit at every setting is
+    never throttled, so the sweep does not change how it runs: its energy over the limit
+    is flat, and any shape the data show (an interior minimum included) is measurement
+    noise that no model of the limit should reproduce.
+
+    Args:
+        table: A power-limit sweep (every row names its limit, in W).
+        reach: Share of the limit (0–1) the measured power must reach at some setting.
+
+    Returns:
+        The bound kernels, in the table's order; every kernel if the table is no
+        power-limit sweep.
+    """
+    if table.knob != "power_limit_w":
+        return list(table.kernels)
+    names = np.asarray(table.kernel)
+    reached = table.power_w >= reach * table.power_limit_w
+    return [k for k in table.kernels if bool(np.any(reached[names == k]))]
 
 
 def cannot_serve(table: MeasuredTable, profile: GpuProfile) -> list[str]:
