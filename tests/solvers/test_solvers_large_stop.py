@@ -1,0 +1,86 @@
+"""Large problems (the LP solved through its network) end after rounding when the plan
+is within `solvers.stages.NETWORK_POLISH_GAP` of its bound; the hulls an LP needs are
+computed once per problem (`solvers.lp._hulls`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from solvers import stages
+from solvers.budget import Budget
+from solvers.hull import lower_hull, pareto_modes
+from solvers.incumbent import Incumbent
+from solvers.indexed import IndexedProblem, meets
+from solvers.lp import HullLP
+from solvers.relax import rounding_stage
+from solvers.solve import fastest_plan
+from solvers.stopping import RUN_TO_LIMIT, Watch
+
+NOTE = "after rounding: no further search"
+
+
+def _solve(bf, method: str, slack: float, polish_gap: float, monkeypatch) -> Incumbent:
+    monkeypatch.setattr(stages, "NETWORK_POLISH_GAP", polish_gap)
+    problem, _ = bf.pipeline_problem(4, 8)
+    ip = IndexedProblem(problem)
+    t_fast, start = fastest_plan(ip)
+    lp = HullLP(ip, method=method)
+    return stages.relax_plan(
+        ip,
+        slack * t_fast,
+        start,
+        t_fast,
+        Budget.of_work(20.0),
+        lp=lp,
+        watch=Watch(rule=RUN_TO_LIMIT),
+    )
+
+
+@pytest.mark.parametrize("slack", [1.03, 1.1, 1.3])
+def test_a_network_lp_plan_within_the_polish_gap_ends_after_rounding(
+    bf, slack: float, monkeypatch
+) -> None:
+    inc = _solve(bf, "network", slack, 1.0, monkeypatch)
+    assert any(NOTE in n for n in inc.notes)
+    assert meets(inc.ip.evaluate(inc.modes).makespan, inc.deadline)
+    # The plan is the rounding stage's own: nothing ran after it.
+    ip = inc.ip
+    t_fast, start = fastest_plan(ip)
+    alone = Incumbent.start(ip, inc.deadline, start, Watch(rule=RUN_TO_LIMIT))
+    lp = HullLP(ip, method="network")
+    lp.budget = Budget.of_work(20.0)
+    rounding_stage(lp, alone, t_fast, lp.budget.until(stages.GENERATOR_SHARE))
+    assert alone.modes == inc.modes
+
+
+@pytest.mark.parametrize("slack", [1.03, 1.1, 1.3])
+def test_outside_the_polish_gap_the_search_goes_on(bf, slack: float, monkeypatch) -> None:
+    ended = _solve(bf, "network", slack, 1.0, monkeypatch)
+    full = _solve(bf, "network", slack, 0.0, monkeypatch)
+    assert not any(NOTE in n for n in full.notes)
+    # Tiling and iterated improvement only ever keep a cheaper plan.
+    assert full.energy <= ended.energy * (1 + 1e-12)
+    assert full.bound == pytest.approx(ended.bound, rel=1e-12)
+
+
+def test_a_highs_lp_never_ends_after_rounding(bf, monkeypatch) -> None:
+    # Below `NETWORK_TASKS` (HiGHS LPs) the stages are what they were.
+    inc = _solve(bf, "highs", 1.1, 1.0, monkeypatch)
+    assert not any(NOTE in n for n in inc.notes)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_cached_hulls_are_the_computed_ones(bf, seed: int) -> None:
+    problem = bf.random_problem(seed, max_tasks=7, max_modes=4)
+    ip = IndexedProblem(problem)
+    first, second = HullLP(ip), HullLP(ip)
+    assert second.hull is first.hull  # computed once per problem
+    for i in range(ip.n):
+        pareto = pareto_modes(ip.durations[i], ip.costs[i])
+        assert first.pareto[i] == pareto
+        assert first.hull[i] == lower_hull(ip.durations[i], ip.costs[i], pareto)
+    # A given Pareto table is used as given, not the cache.
+    given = HullLP(ip, [list(p) for p in first.pareto])
+    assert given.hull == first.hull and given.hull is not first.hull
+    # A rescaled copy has its own.
+    assert HullLP(ip.rescaled(2.0, 4.0)).hull is not first.hull
