@@ -31,10 +31,8 @@ sys.modules[_SPEC.name] = columnwise
 _SPEC.loader.exec_module(columnwise)
 
 
-def sweep_ordered(trace: Trace) -> Trace:
-    """The trace's events renumbered in start order (parents before their children at
-    one start), as the dashboard writes them."""
-    order = sorted(trace.events, key=lambda e: (e.start_ns, _depth(trace, e), e.id))
+def renumbered(trace: Trace, order: list[Event]) -> Trace:
+    """The trace's events in `order`, renumbered 1, 2, … in that order (parents follow)."""
     new_id = {e.id: k for k, e in enumerate(order, start=1)}
     events = tuple(
         Event(
@@ -48,6 +46,14 @@ def sweep_ordered(trace: Trace) -> Trace:
         for e in order
     )
     return Trace(events, trace.series, {}, trace.source)
+
+
+def sweep_ordered(trace: Trace) -> Trace:
+    """The trace's events renumbered in start order (parents before their children at
+    one start), as the dashboard writes them."""
+    return renumbered(
+        trace, sorted(trace.events, key=lambda e: (e.start_ns, _depth(trace, e), e.id))
+    )
 
 
 def _depth(trace: Trace, event: Event) -> int:
@@ -111,20 +117,7 @@ def test_events_open_across_many_blocks_and_equal_starts(tmp_path: Path) -> None
 
 def _end_ordered(trace: Trace) -> Trace:
     """Events written as they close (the Kokkos connector's order): children first."""
-    order = sorted(trace.events, key=lambda e: (e.end_ns, -e.start_ns))
-    new_id = {e.id: k for k, e in enumerate(order, start=1)}
-    events = tuple(
-        Event(
-            new_id[e.id],
-            new_id[e.parent_id] if e.parent_id else 0,
-            e.name,
-            e.category,
-            e.start_ns,
-            e.end_ns,
-        )
-        for e in order
-    )
-    return Trace(events, trace.series, {}, trace.source)
+    return renumbered(trace, sorted(trace.events, key=lambda e: (e.end_ns, -e.start_ns)))
 
 
 @pytest.mark.parametrize("seed", range(4))
