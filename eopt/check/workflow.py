@@ -24,7 +24,8 @@
    idle time (their heat: thermal).
 5. **Characterize** and **refine**: the consumer's signature at the context its producer
    leaves (entry), the pair's co-run composite (runtime on one device) or each endpoint's
-   co-run values (across devices), or, for an effect accumulated over a prefix, the
+   co-run values (across devices), or, for an effect accumulated over a prefix or a
+   device state that outlasts the consumer (heat, a clock change still settling), the
    device's timeline as one composite element (coarsening, §4.4). The edge is written into
    the graph, the library grows, and the prediction is composed again; the refined interval
    should now cover the measurement.
@@ -564,12 +565,15 @@ class _Session:
             return None
         return max(earlier, key=lambda j: self.placements[j].end)
 
-    def _clock_of(self, sig: Signature) -> float | None:
+    def _clock_of(self, sig: Signature, entry: bool = False) -> float | None:
+        """The SM clock ``sig`` leaves set (``entry``: the one it starts at), in MHz."""
         clock_of = getattr(self.runner, "element_clock_mhz", None)
         if not callable(clock_of):
             return None
         names = sig.meta.get("composite_of") or [sig.name.split("+")[-1]]
-        return clock_of(str(names[-1]))
+        # A device composite spans a clock change: it leaves its last element's clock
+        # set, but the idle time before it runs at its first element's.
+        return clock_of(str(names[0] if entry else names[-1]))
 
     def _with_idle(
         self, placed: list[Placement]
@@ -592,7 +596,7 @@ class _Session:
             by_device.setdefault(p.device, []).append(p)
         for device, group in by_device.items():
             group.sort(key=lambda p: p.start)
-            busy_until, clock = origin, self._clock_of(group[0].signature)
+            busy_until, clock = origin, self._clock_of(group[0].signature, entry=True)
             for p in group:
                 gap = p.start - busy_until
                 if gap > 1e-12:
@@ -1109,9 +1113,12 @@ def _entry_finding(
     )
     added = [consumer]
     scope: Literal["pair", "prefix"] = "prefix" if prefix is not None else "pair"
-    if mechanism == "thermal" or scope == "prefix" or producer is None:
+    if mechanism in ("thermal", "clock_state") or scope == "prefix" or producer is None:
         # Coarsen: the device's whole timeline becomes one composite (§4.4), since its
-        # state carries to everything after the prefix too.
+        # state carries to everything after the prefix too. A clock change settles over
+        # tens of ms, past the consumer: the device's later elements, gaps and idle tail
+        # run at the unsettled clock as well, so the consumer's entry values alone
+        # leave that deviation to be traced (wrongly) elsewhere.
         members = tuple(
             i for i in range(len(ses.placements)) if ses.placements[i].device == pe.device
         )
@@ -1143,7 +1150,11 @@ def _entry_finding(
             None,
             {
                 "source": "eopt check",
-                "composite_of": [ses.placements[i].signature.name for i in members],
+                # In start order: its first and last members set the clocks around it.
+                "composite_of": [
+                    ses.placements[i].signature.name
+                    for i in sorted(members, key=lambda i: ses.placements[i].start)
+                ],
             },
         )
         ses.device_composites[pe.device] = comp
