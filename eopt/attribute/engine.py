@@ -59,7 +59,7 @@ import numpy as np
 from eopt.attribute.integral import EnergyCurve
 from eopt.attribute.regions import RegionSums, by_name
 from eopt.attribute.sharing import Shares, share_energy
-from eopt.attribute.stream import sweep
+from eopt.attribute.stream import in_sweep_order, sweep
 from eopt.model.trace import Event, EventTable, PowerSeries, Trace, TraceError
 
 __all__ = [
@@ -513,6 +513,17 @@ def attribute_streamed(
         least = STREAM_BYTES if min_bytes is None else min_bytes
         if not events.is_file() or events.stat().st_size <= least:
             return None
+    except (TraceError, OSError):
+        return None
+    sizes = {} if block_bytes is None else {"block_bytes": block_bytes}
+    blocks = trace_io.event_blocks(events, **sizes)
+    first = next(blocks, None)
+    # A file in another order (the connector's, written as events close) shows it in its
+    # first block: it goes to the whole reader before the power series are read.
+    if first is None or len(first) == 0 or not in_sweep_order(first):
+        blocks.close()
+        return None
+    try:
         # Warnings are kept until the sweep succeeds: the whole reader gives its own.
         with _warnings.catch_warnings(record=True) as caught:
             _warnings.simplefilter("always")
@@ -521,14 +532,11 @@ def attribute_streamed(
             for s in every:
                 s.validate()
     except (TraceError, OSError):
+        blocks.close()
         return None
     series = [s for s in every if domain is None or s.domain == domain.upper()]
     if not series:
-        return None
-    sizes = {} if block_bytes is None else {"block_bytes": block_bytes}
-    blocks = trace_io.event_blocks(events, **sizes)
-    first = next(blocks, None)
-    if first is None or len(first) == 0:
+        blocks.close()
         return None
     origin = min(min(s.span_ns[0] for s in every), int(first.start_ns[0]))
     integrals, per_series = _series_energies(series, origin)

@@ -31,11 +31,25 @@ from eopt.attribute.regions import RegionSums
 from eopt.attribute.sharing import share_energy
 from eopt.model.trace import EventTable, event_depths
 
-__all__ = ["MAX_OPEN", "Swept", "sweep"]
+__all__ = ["MAX_OPEN", "Swept", "in_sweep_order", "sweep"]
 
 #: Events open at once past which a sweep gives up (the trace is read whole instead):
 #: bounds what is carried from one window to the next.
 MAX_OPEN = 1 << 20
+
+
+def in_sweep_order(table: EventTable, last_id: int = 0, last_start: int | None = None) -> bool:
+    """Whether a block's events come as a sweep needs them: ids strictly increasing from
+    above ``last_id``, starts non-decreasing from ``last_start`` (ns), no event ending
+    before it starts. A non-empty block only."""
+    ids, starts, ends = table.ids, table.start_ns, table.end_ns
+    return not (
+        ids[0] <= last_id
+        or np.any(ids[1:] <= ids[:-1])
+        or np.any(ends < starts)
+        or (last_start is not None and starts[0] < last_start)
+        or np.any(starts[1:] < starts[:-1])
+    )
 
 
 @dataclass(frozen=True)
@@ -140,13 +154,7 @@ def sweep(
         if n == 0:
             continue
         ids, starts, ends = table.ids, table.start_ns, table.end_ns
-        if (
-            ids[0] <= last_id
-            or np.any(ids[1:] <= ids[:-1])
-            or np.any(ends < starts)
-            or (last_start is not None and starts[0] < last_start)
-            or np.any(starts[1:] < starts[:-1])
-        ):
+        if not in_sweep_order(table, last_id, last_start):
             return None
         codes = sums.codes(table)
         start = (starts - origin_ns).astype(np.float64) * 1e-9
