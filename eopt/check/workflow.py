@@ -83,6 +83,11 @@ _CLOCK_DROP_MIN = 0.002
 # Start differences below this are the same configuration (1 µs).
 _SAME_OFFSET_S = 1e-6
 _EPS_S = 1e-12
+# A protocol explains an entry deviation when the consumer then matches its null
+# signature, or keeps at most this share of the deviation it had, in energy and in time:
+# a locked clock holds a kernel's time to a few 1e-4, so a residue far below the effect
+# (a back-to-back launch, 0.05 % of a 20 % cache effect) still fails a test of equality.
+_REMOVED_SHARE = 0.9
 
 
 @dataclass(frozen=True)
@@ -826,6 +831,51 @@ def _rel(report: DeviationReport) -> tuple[float, float]:
     return report.energy.relative, t
 
 
+def _removed(before: DeviationReport, after: DeviationReport) -> bool:
+    """Whether ``after`` keeps at most ``1 - _REMOVED_SHARE`` of ``before``'s deviation,
+    in energy and (where both have times) in time."""
+    left = 1.0 - _REMOVED_SHARE
+    if abs(after.energy.relative) > left * abs(before.energy.relative):
+        return False
+    if before.time is not None and after.time is not None:
+        return abs(after.time.relative) <= left * abs(before.time.relative)
+    return True
+
+
+def _pair_candidates(ses: _Session, prefix: Sequence[int], e: int) -> list[tuple[int, Kind]]:
+    """The pairs that may explain a deviation ending at ``e`` (the last of ``prefix``):
+    every earlier element that overlaps it (runtime), and its predecessor on its device
+    (entry)."""
+    pe = ses.placements[e]
+    earlier = [j for j in prefix if j != e]
+    candidates: list[tuple[int, Kind]] = [
+        (j, "runtime") for j in earlier if _overlap(ses.placements[j], pe)
+    ]
+    before = [
+        j
+        for j in earlier
+        if ses.placements[j].device == pe.device and ses.placements[j].end <= pe.start + _EPS_S
+    ]
+    if before:
+        candidates.append((max(before, key=lambda j: ses.placements[j].end), "entry"))
+    return candidates
+
+
+def _deviating_pair(
+    ses: _Session, pairs: Sequence[tuple[int, int, Kind]]
+) -> tuple[int, int, Kind, DeviationReport, RunSet] | None:
+    """Of ``pairs`` (earlier, later, kind), the one whose test deviates most (the sum of
+    its energy and time statistics), with its report and runs; None when none deviates."""
+    best: tuple[float, int, int, Kind, DeviationReport, RunSet] | None = None
+    for j, e, kind in pairs:
+        rep, rs = ses.test(sorted((j, e)), confidence=LOCALIZE_CONFIDENCE)
+        if not rep.passed:
+            z = abs(rep.energy.statistic) + (abs(rep.time.statistic) if rep.time else 0.0)
+            if best is None or z > best[0]:
+                best = (z, j, e, kind, rep, rs)
+    return None if best is None else best[1:]
+
+
 def _localize_and_characterize(ses: _Session, every: list[int]) -> Finding | None:
     order = sorted(every, key=lambda i: (ses.placements[i].start, ses.placements[i].device, i))
     loc = LOCALIZE_CONFIDENCE
@@ -845,36 +895,32 @@ def _localize_and_characterize(ses: _Session, every: list[int]) -> Finding | Non
     pe = ses.placements[e]
     ses.say(f"first deviating prefix: {hi} element(s), ending with {pe.signature.name}@{pe.device}")
     prefix = order[:hi]
-    candidates: list[tuple[int, Kind]] = []
-    for j in prefix[:-1]:
-        if _overlap(ses.placements[j], pe):
-            candidates.append((j, "runtime"))
-    before = [
-        j
-        for j in prefix[:-1]
-        if ses.placements[j].device == pe.device and ses.placements[j].end <= pe.start + _EPS_S
-    ]
-    pred = max(before, key=lambda j: ses.placements[j].end) if before else None
-    if pred is not None:
-        candidates.append((pred, "entry"))
-    best: tuple[float, int, Kind, DeviationReport, RunSet] | None = None
-    for j, kind in candidates:
-        rep, rs = ses.test(sorted((j, e)), confidence=loc)
-        if not rep.passed:
-            z = abs(rep.energy.statistic) + (abs(rep.time.statistic) if rep.time else 0.0)
-            if best is None or z > best[0]:
-                best = (z, j, kind, rep, rs)
+    candidates = _pair_candidates(ses, prefix, e)
+    best = _deviating_pair(ses, [(j, e, kind) for j, kind in candidates])
+    if best is None:
+        # Noise can carry the bisection past the prefix where the deviation begins
+        # (a small consumer's effect is near the threshold in a short prefix, and grows
+        # as its device's later elements shift): the pairs of every earlier element.
+        best = _deviating_pair(
+            ses,
+            [
+                (j, x, kind)
+                for n, x in enumerate(prefix[:-1], start=1)
+                for j, kind in _pair_candidates(ses, prefix[:n], x)
+            ],
+        )
     if best is not None:
-        _, j, kind, rep, rs = best
+        j, e, kind, rep, rs = best
         if kind == "runtime":
             # Co-run values depend on everything that overlaps the pair, later elements
             # included (one that starts while a stretched partner still runs): take them
             # where the pair ran, in the whole schedule.
             ctx_runs = ses.measure([ses.job(i) for i in every])
             return _runtime_finding(ses, j, e, rep, rs, ctx_runs, every)
-        return _entry_finding(ses, j, e, rep, prefix=None, context=prefix)
+        return _entry_finding(ses, j, e, rep, prefix=None, context=order[: order.index(e) + 1])
+    entry = [j for j, kind in candidates if kind == "entry"]
     rep, _ = ses.test(prefix, confidence=loc)
-    return _entry_finding(ses, pred, e, rep, prefix=prefix, context=prefix)
+    return _entry_finding(ses, entry[0] if entry else None, e, rep, prefix=prefix, context=prefix)
 
 
 def _runtime_finding(
@@ -1042,17 +1088,23 @@ def _entry_finding(
     k = same_dev.index(e)
     null_n = ses.runs_of(pe.signature)
 
-    def consumer_agrees(jobs: Sequence[Job]) -> bool:
-        """Does the consumer, run within ``jobs``, match its null-context signature?"""
-        rs_v = ses.measure(jobs)
-        e_v, t_v = rs_v.job_values(k)
-        rep_v = deviation_report(
+    def consumer_report(jobs: Sequence[Job]) -> DeviationReport:
+        """The consumer, run within ``jobs``, tested against its null-context signature."""
+        e_v, t_v = ses.measure(jobs).job_values(k)
+        return deviation_report(
             pe.signature,
             Runs(e_v.tolist(), t_v.tolist()),
             n_predicted=null_n,
             confidence=LOCALIZE_CONFIDENCE,
         )
-        return rep_v.passed
+
+    own = consumer_report(base_jobs)
+
+    def consumer_agrees(jobs: Sequence[Job]) -> bool:
+        """Does the consumer, run within ``jobs``, match its null-context signature, or
+        keep no more than ``1 - _REMOVED_SHARE`` of the deviation it has where it ran?"""
+        rep_v = consumer_report(jobs)
+        return rep_v.passed or _removed(own, rep_v)
 
     written: set[str] = set()
     for i in same_dev[:k]:
@@ -1074,7 +1126,10 @@ def _entry_finding(
         jobs[k] = ses.job(e, cold_data=True)
         if consumer_agrees(jobs):
             mechanism = "cache"
-            evidence = "the consumer on cold buffers of its own matches its null signature"
+            evidence = (
+                "on cold buffers of its own the consumer loses its deviation (matches its "
+                f"null signature or keeps ≤ {1 - _REMOVED_SHARE:.0%} of it)"
+            )
     # Idle-gap protocol: a gap far beyond a clock's settling, far below thermal time
     # constants, with the consumer's clock set at its start.
     gap = 0.05
@@ -1087,7 +1142,8 @@ def _entry_finding(
             mechanism = "clock_state"
             evidence = (
                 f"after a {gap * 1e3:.0f} ms idle gap that lets its clock settle, the consumer "
-                "matches its null signature"
+                f"loses its deviation (matches its null signature or keeps ≤ "
+                f"{1 - _REMOVED_SHARE:.0%} of it)"
             )
     # Heat protocol: the state the predecessors leave that a device reports (its
     # temperature, as NVML reads it); run alone, the consumer enters at the null context.
