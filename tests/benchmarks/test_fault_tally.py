@@ -3,13 +3,9 @@ for what eopt did, whatever the case itself asserted."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+from tests.benchmarks.loader import load_benchmark
 
 CASES = """
 import pytest
@@ -52,15 +48,7 @@ def test_internal_error(monkeypatch):
 
 @pytest.fixture
 def tally_module(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.syspath_prepend(str(BENCH))
-    spec = importlib.util.spec_from_file_location(
-        "fault_tally_under_test", BENCH / "fault_tally.py"
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark(monkeypatch, "fault_tally")
 
 
 def test_each_outcome_is_named_for_what_eopt_did(tmp_path, tally_module, monkeypatch):

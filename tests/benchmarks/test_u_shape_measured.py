@@ -4,28 +4,17 @@ symmetry and a known noise level say, on random cases."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+from tests.benchmarks.loader import load_benchmark
 
 
 @pytest.fixture
 def bench(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.syspath_prepend(str(BENCH))
-    spec = importlib.util.spec_from_file_location(
-        "sim_fit_optimum_under_test", BENCH / "sim_fit_optimum.py"
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark(monkeypatch, "sim_fit_optimum")
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from eopt.calculus.schedule import Placement
 from eopt.check.runner import SimElement, SimRunner
 from eopt.check.workflow import CheckResult, characterize_element, check_schedule
+from tests.check.placed import place_groups
 
 RUNS = 20
 SEEDS = tuple(range(1, 11))
@@ -77,13 +77,7 @@ def _check(seed: int) -> CheckResult:
         n: characterize_element(runner, n, DEVICES[0], RUNS, seed=seed * 7919 + 1000 * k)
         for k, n in enumerate(names)
     }
-    free = dict.fromkeys(DEVICES, 0.0)
-    placements = []
-    for group, gap in zip(groups, gaps, strict=True):
-        start = max(free[d] for _, d in group) + gap
-        for n, d in group:
-            placements.append(Placement(lib[n].on(d), d, start))
-            free[d] = max(free[d], start + lib[n].time)
+    placements = place_groups(lib, groups, gaps)
     return check_schedule(placements, list(lib.values()), runner, runs=RUNS, seed=seed * 31)
 
 

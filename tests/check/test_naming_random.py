@@ -21,10 +21,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from eopt.calculus.schedule import Placement
 from eopt.check.runner import Job, SimElement, SimRunner
 from eopt.check.workflow import CheckResult, characterize_element, check_schedule
 from eopt.model.signature import Signature
+from tests.check.placed import place_groups
 
 RUNS = 20
 SEEDS = (1, 2, 3)
@@ -40,13 +40,7 @@ def _check(
         n: characterize_element(runner, n, runner.devices[0], RUNS, seed=seed * 7919 + 1000 * k)
         for k, n in enumerate(names)
     }
-    free = dict.fromkeys(runner.devices, 0.0)
-    placements = []
-    for group in groups:
-        start = max(free[d] for _, d in group)
-        for n, d in group:
-            placements.append(Placement(lib[n].on(d), d, start))
-            free[d] = max(free[d], start + lib[n].time)
+    placements = place_groups(lib, groups)
     res = check_schedule(placements, list(lib.values()), runner, runs=RUNS, seed=seed * 31)
     return res, lib
 
@@ -141,15 +135,12 @@ def _placed_check(
         n: characterize_element(runner, n, devices[0], runs, seed=seed * 7919 + 1000 * (k + 1))
         for k, n in enumerate(used)
     }
-    free = dict.fromkeys(devices, 0.0)
-    placements = []
-    for group, gap in zip(layout, gaps, strict=True):
-        start = max(free[d] for _, d in group) + gap
-        for n, d in group:
-            placements.append(Placement(lib[n].on(d), d, start))
-            free[d] = max(free[d], start + lib[n].time)
     return check_schedule(
-        placements, list(lib.values()), runner, runs=runs, seed=seed * 7919 + 500_000
+        place_groups(lib, layout, gaps),
+        list(lib.values()),
+        runner,
+        runs=runs,
+        seed=seed * 7919 + 500_000,
     )
 
 
