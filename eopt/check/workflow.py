@@ -88,6 +88,10 @@ _EPS_S = 1e-12
 # a locked clock holds a kernel's time to a few 1e-4, so a residue far below the effect
 # (a back-to-back launch, 0.05 % of a 20 % cache effect) still fails a test of equality.
 _REMOVED_SHARE = 0.9
+# A pair found by looking back past a prefix's last element explains the prefix only if
+# it carries at least this share of the prefix's deviation, in energy or in time (a heat
+# prefix's 100 J is not explained by an earlier pair's stray 1 mJ).
+_CARRIED_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -861,15 +865,34 @@ def _pair_candidates(ses: _Session, prefix: Sequence[int], e: int) -> list[tuple
     return candidates
 
 
+def _carries(pair: DeviationReport, whole: DeviationReport) -> bool:
+    """Whether ``pair``'s deviation is at least ``_CARRIED_SHARE`` of ``whole``'s, with
+    the same sign, in energy or in time."""
+
+    def share(a: float, b: float) -> float:
+        return a / b if b != 0.0 else 0.0
+
+    if share(pair.energy.difference, whole.energy.difference) >= _CARRIED_SHARE:
+        return True
+    return (
+        pair.time is not None
+        and whole.time is not None
+        and share(pair.time.difference, whole.time.difference) >= _CARRIED_SHARE
+    )
+
+
 def _deviating_pair(
-    ses: _Session, pairs: Sequence[tuple[int, int, Kind]]
+    ses: _Session,
+    pairs: Sequence[tuple[int, int, Kind]],
+    carrying: DeviationReport | None = None,
 ) -> tuple[int, int, Kind, DeviationReport, RunSet] | None:
     """Of ``pairs`` (earlier, later, kind), the one whose test deviates most (the sum of
-    its energy and time statistics), with its report and runs; None when none deviates."""
+    its energy and time statistics), with its report and runs; None when none deviates.
+    With ``carrying``, only pairs that carry enough of that deviation (`_carries`)."""
     best: tuple[float, int, int, Kind, DeviationReport, RunSet] | None = None
     for j, e, kind in pairs:
         rep, rs = ses.test(sorted((j, e)), confidence=LOCALIZE_CONFIDENCE)
-        if not rep.passed:
+        if not rep.passed and (carrying is None or _carries(rep, carrying)):
             z = abs(rep.energy.statistic) + (abs(rep.time.statistic) if rep.time else 0.0)
             if best is None or z > best[0]:
                 best = (z, j, e, kind, rep, rs)
@@ -897,10 +920,12 @@ def _localize_and_characterize(ses: _Session, every: list[int]) -> Finding | Non
     prefix = order[:hi]
     candidates = _pair_candidates(ses, prefix, e)
     best = _deviating_pair(ses, [(j, e, kind) for j, kind in candidates])
+    prefix_rep, _ = ses.test(prefix, confidence=loc)
     if best is None:
         # Noise can carry the bisection past the prefix where the deviation begins
         # (a small consumer's effect is near the threshold in a short prefix, and grows
-        # as its device's later elements shift): the pairs of every earlier element.
+        # as its device's later elements shift): the pairs of every earlier element,
+        # if one carries the prefix's deviation (else the prefix as a whole: heat).
         best = _deviating_pair(
             ses,
             [
@@ -908,6 +933,7 @@ def _localize_and_characterize(ses: _Session, every: list[int]) -> Finding | Non
                 for n, x in enumerate(prefix[:-1], start=1)
                 for j, kind in _pair_candidates(ses, prefix[:n], x)
             ],
+            carrying=prefix_rep,
         )
     if best is not None:
         j, e, kind, rep, rs = best
@@ -919,8 +945,9 @@ def _localize_and_characterize(ses: _Session, every: list[int]) -> Finding | Non
             return _runtime_finding(ses, j, e, rep, rs, ctx_runs, every)
         return _entry_finding(ses, j, e, rep, prefix=None, context=order[: order.index(e) + 1])
     entry = [j for j, kind in candidates if kind == "entry"]
-    rep, _ = ses.test(prefix, confidence=loc)
-    return _entry_finding(ses, entry[0] if entry else None, e, rep, prefix=prefix, context=prefix)
+    return _entry_finding(
+        ses, entry[0] if entry else None, e, prefix_rep, prefix=prefix, context=prefix
+    )
 
 
 def _runtime_finding(

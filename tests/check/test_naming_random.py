@@ -127,9 +127,10 @@ def _placed_check(
     gaps: list[float],
     seed: int,
     runs: int = RUNS,
+    mechanism: str = "cache",
 ) -> CheckResult:
     """Characterize, place ``layout`` (a group's members co-start after its gap), check."""
-    runner = SimRunner(els, devices, mechanisms="cache")
+    runner = SimRunner(els, devices, mechanisms=mechanism)
     used = list(dict.fromkeys(n for g in layout for n, _ in g))
     lib = {
         n: characterize_element(runner, n, devices[0], runs, seed=seed * 7919 + 1000 * (k + 1))
@@ -241,3 +242,36 @@ def test_the_pair_is_found_when_the_prefix_search_runs_past_it() -> None:
     res = _placed_check(els, ["gpu0", "gpu1"], layout, gaps, seed=252_000, runs=30)
     _named_cache_pair(res)
     assert res.found[0].devices == ("gpu1",)
+
+
+def test_a_heat_prefix_is_not_pinned_on_an_earlier_pair_that_barely_deviates() -> None:
+    # The first deviating prefix ends with a heater and no pair of it deviates; looking
+    # back finds an earlier filler pair whose test deviates by a stray 1 mJ against the
+    # prefix's 17 J of heat. It must not take the blame: the prefix is heat.
+    els = {
+        "heat": _el("gemm", 65536.0, 1200.0),
+        "probe": _el("layernorm", 16384.0, 1200.0),
+        "memcpy128": _el("memcpy", 128.0, 1200.0),
+        "memcpy256": _el("memcpy", 256.0, 1200.0),
+        "layernorm1024": _el("layernorm", 1024.0, 1200.0),
+        "layernorm4096": _el("layernorm", 4096.0, 1200.0),
+        "gemm4096": _el("gemm", 4096.0, 1200.0),
+        "memcpy64": _el("memcpy", 64.0, 1200.0),
+        "layernorm8192": _el("layernorm", 8192.0, 1200.0),
+    }
+    layout = [
+        [("memcpy128", "gpu0")],
+        [("memcpy256", "gpu0"), ("memcpy256", "gpu0")],
+        [("layernorm1024", "gpu0"), ("layernorm4096", "gpu0")],
+        [("gemm4096", "gpu0"), ("memcpy256", "gpu0")],
+        [("gemm4096", "gpu0"), ("memcpy64", "gpu0")],
+        *([[("heat", "gpu0")]] * 17),
+        [("probe", "gpu0")],
+        [("layernorm8192", "gpu0")],
+    ]
+    gaps = [1e-3, 5e-4, 1e-3, 1e-3, 1e-4, 5e-4] + [0.0] * 18
+    res = _placed_check(els, ["gpu0"], layout, gaps, seed=556_000, runs=30, mechanism="thermal")
+    assert res.deviation and res.found
+    first = res.found[0]
+    assert first.mechanism == "thermal", first.evidence
+    assert first.scope == "prefix" or "heat" in first.elements
