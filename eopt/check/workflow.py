@@ -92,6 +92,9 @@ _REMOVED_SHARE = 0.9
 # it carries at least this share of the prefix's deviation, in energy or in time (a heat
 # prefix's 100 J is not explained by an earlier pair's stray 1 mJ).
 _CARRIED_SHARE = 0.5
+_LOSES_IT = (
+    f"loses its deviation (matches its null signature or keeps ≤ {1 - _REMOVED_SHARE:.0%} of it)"
+)
 
 
 @dataclass(frozen=True)
@@ -920,8 +923,8 @@ def _localize_and_characterize(ses: _Session, every: list[int]) -> Finding | Non
     prefix = order[:hi]
     candidates = _pair_candidates(ses, prefix, e)
     best = _deviating_pair(ses, [(j, e, kind) for j, kind in candidates])
-    prefix_rep, _ = ses.test(prefix, confidence=loc)
     if best is None:
+        prefix_rep, _ = ses.test(prefix, confidence=loc)
         # Noise can carry the bisection past the prefix where the deviation begins
         # (a small consumer's effect is near the threshold in a short prefix, and grows
         # as its device's later elements shift): the pairs of every earlier element,
@@ -944,6 +947,7 @@ def _localize_and_characterize(ses: _Session, every: list[int]) -> Finding | Non
             ctx_runs = ses.measure([ses.job(i) for i in every])
             return _runtime_finding(ses, j, e, rep, rs, ctx_runs, every)
         return _entry_finding(ses, j, e, rep, prefix=None, context=order[: order.index(e) + 1])
+    # No pair explains it (the look-back above has tested the prefix): the prefix whole.
     entry = [j for j, kind in candidates if kind == "entry"]
     return _entry_finding(
         ses, entry[0] if entry else None, e, prefix_rep, prefix=prefix, context=prefix
@@ -1153,10 +1157,7 @@ def _entry_finding(
         jobs[k] = ses.job(e, cold_data=True)
         if consumer_agrees(jobs):
             mechanism = "cache"
-            evidence = (
-                "on cold buffers of its own the consumer loses its deviation (matches its "
-                f"null signature or keeps ≤ {1 - _REMOVED_SHARE:.0%} of it)"
-            )
+            evidence = f"on cold buffers of its own the consumer {_LOSES_IT}"
     # Idle-gap protocol: a gap far beyond a clock's settling, far below thermal time
     # constants, with the consumer's clock set at its start.
     gap = 0.05
@@ -1169,8 +1170,7 @@ def _entry_finding(
             mechanism = "clock_state"
             evidence = (
                 f"after a {gap * 1e3:.0f} ms idle gap that lets its clock settle, the consumer "
-                f"loses its deviation (matches its null signature or keeps ≤ "
-                f"{1 - _REMOVED_SHARE:.0%} of it)"
+                f"{_LOSES_IT}"
             )
     # Heat protocol: the state the predecessors leave that a device reports (its
     # temperature, as NVML reads it); run alone, the consumer enters at the null context.
