@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from solvers.budget import Budget
-from solvers.hull import pareto_modes
+from solvers.hull import task_pareto
 from solvers.indexed import IndexedProblem, meets
 from solvers.paths import PathTimes
 
@@ -28,7 +28,7 @@ def pareto_table(ip: IndexedProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray
     cached = getattr(ip, "_padded_pareto", None)
     if cached is not None:
         return cached
-    pareto = [pareto_modes(ip.durations[i], ip.costs[i]) for i in range(ip.n)]
+    pareto = task_pareto(ip)
     k = max(len(p) for p in pareto)
     idx = np.zeros((ip.n, k), dtype=np.int64)
     dur = np.full((ip.n, k), np.inf)
@@ -96,6 +96,7 @@ def improve_with_times(
     objective = float(cur_c.sum()) + sbar * h
     batch = 16
     rounds = 0
+    rows = np.arange(ip.n)
     while not budget.expired() and (max_rounds is None or rounds < max_rounds):
         rounds += 1
         # Work: the round's passes over every task's modes, and below, a longest-path
@@ -108,18 +109,19 @@ def improve_with_times(
         # Padding (inf durations) and moves past the deadline are never taken.
         delta[~(reach <= cap)] = np.inf
         best_k = np.argmin(delta, axis=1)
-        gain = delta[np.arange(ip.n), best_k]
+        gain = delta[rows, best_k]
         tol = 1e-12 * max(1.0, abs(objective))
-        order = np.argsort(gain, kind="stable")
-        order = order[gain[order] < -tol]
+        # The paying moves, best first (a stable sort: ties in task order).
+        paying = np.flatnonzero(gain < -tol)
+        order = paying[np.argsort(gain[paying], kind="stable")]
         if len(order) == 0:
             break
         while True:
             sel = order[:batch]
             ks = idx[sel, best_k[sel]]
             new_c = cur_c.copy()
-            new_c[sel] = [ip.costs[i][k] for i, k in zip(sel, ks, strict=True)]
-            new_d = [ip.durations[i][k] for i, k in zip(sel, ks, strict=True)]
+            new_c[sel] = pcost[sel, best_k[sel]]
+            new_d = pdur[sel, best_k[sel]].tolist()
             trial = times.changed(sel, new_d, tails=False)
             budget.charge(ip.n)
             new_h = trial.makespan

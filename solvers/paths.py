@@ -30,9 +30,25 @@ class PathTimes:
 
     Build with `PathTimes.of(ip, durations)`; `changed` gives a new object for new
     durations of a few tasks, leaving this one as it was.
+
+    The times live in lists (the waves read and write them one task at a time) and,
+    for the whole-schedule passes of the searches (`arrays`), in numpy
+    arrays: an object made by `changed` keeps its parent's arrays and the tasks its
+    wave touched, and brings a copy up to date from those only when asked (on 65 536
+    tasks, converting the lists on every round of a search cost as much as the waves).
     """
 
-    __slots__ = ("durations", "ends", "preds", "starts", "succs", "tails")
+    __slots__ = (
+        "_base",
+        "_mirror",
+        "_touched",
+        "durations",
+        "ends",
+        "preds",
+        "starts",
+        "succs",
+        "tails",
+    )
 
     def __init__(
         self,
@@ -49,29 +65,55 @@ class PathTimes:
         self.starts = starts
         self.ends = ends
         self.tails = tails
+        #: (durations, starts, tails) as read-only arrays equal to the lists, or None.
+        self._mirror: tuple[np.ndarray, ...] | None = None
+        #: Arrays equal to the lists except at `_touched` (None: none).
+        self._base: tuple[np.ndarray, ...] | None = None
+        self._touched: list[int] = []
 
     @classmethod
     def of(cls, ip: IndexedProblem, durations: np.ndarray) -> PathTimes:
         """Times of `durations` (s per task, in `ip`'s task order), by full passes."""
-        d = np.asarray(durations, dtype=float)
+        d = np.array(durations, dtype=float)
         starts = ip.earliest_starts(d)
-        return cls(
-            ip.preds,
-            ip.succs,
-            d.tolist(),
-            starts.tolist(),
-            (starts + d).tolist(),
-            ip.tails(d).tolist(),
-        )
+        ends = starts + d
+        tails = ip.tails(d)
+        out = cls(ip.preds, ip.succs, d.tolist(), starts.tolist(), ends.tolist(), tails.tolist())
+        out._mirror = _frozen(d, starts, tails)
+        return out
 
     @property
     def makespan(self) -> float:
         """The longest path, s."""
         return max(self.ends, default=0.0)
 
-    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(durations, earliest starts, tails) as arrays, s."""
-        return np.array(self.durations), np.array(self.starts), np.array(self.tails)
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        """(durations, earliest starts, tails) as read-only arrays, s, brought up to date
+        from the lists where the waves touched them."""
+        if self._mirror is None:
+            lists = (self.durations, self.starts, self.tails)
+            base = self._base
+            if base is None or 4 * len(self._touched) > len(self.durations):
+                self._mirror = _frozen(*(np.array(x, dtype=float) for x in lists))
+            else:
+                idx = np.unique(np.array(self._touched, dtype=np.int64))
+                copies = [b.copy() for b in base]
+                for arr, values in zip(copies, lists, strict=True):
+                    arr[idx] = [values[i] for i in idx.tolist()]
+                self._mirror = _frozen(*copies)
+            self._base, self._touched = None, []
+        return self._mirror
+
+    def _child(self, durations: list[float]) -> PathTimes:
+        """A copy with `durations`, its arrays to be brought up to date from this one's."""
+        out = PathTimes(
+            self.preds, self.succs, durations, list(self.starts), list(self.ends), self.tails
+        )
+        if self._mirror is not None:
+            out._base = self._mirror
+        else:
+            out._base, out._touched = self._base, list(self._touched)
+        return out
 
     def changed(
         self, tasks: Sequence[int], durations: Sequence[float], *, tails: bool = True
@@ -88,8 +130,9 @@ class PathTimes:
         d = list(self.durations)
         for i, x in zip(tasks, durations, strict=True):
             d[int(i)] = float(x)
-        out = PathTimes(self.preds, self.succs, d, list(self.starts), list(self.ends), self.tails)
+        out = self._child(d)
         idx = sorted({int(i) for i in tasks})
+        out._touched.extend(idx)
         if idx:
             out._forward(idx)
         return out.with_tails(idx) if tails else out
@@ -100,6 +143,8 @@ class PathTimes:
         self.tails = list(self.tails)
         idx = sorted({int(i) for i in tasks})
         if idx:
+            if self._mirror is not None:
+                self._base, self._mirror = self._mirror, None
             self._backward(idx)
         return self
 
@@ -111,6 +156,7 @@ class PathTimes:
             dirty[i] = 1
         preds, succs, d = self.preds, self.succs, self.durations
         start, end = self.starts, self.ends
+        touched = self._touched
         for v in range(changed[0], n):
             if not dirty[v]:
                 continue
@@ -122,6 +168,7 @@ class PathTimes:
             if e != end[v] or s != start[v]:
                 start[v] = s
                 end[v] = e
+                touched.append(v)
                 for w in succs[v]:
                     dirty[w] = 1
 
@@ -136,6 +183,7 @@ class PathTimes:
                 if u > top:
                     top = u
         preds, succs, d, tail = self.preds, self.succs, self.durations, self.tails
+        touched = self._touched
         for v in range(top, -1, -1):
             if not dirty[v]:
                 continue
@@ -146,5 +194,13 @@ class PathTimes:
                     t = x
             if t != tail[v]:
                 tail[v] = t
+                touched.append(v)
                 for u in preds[v]:
                     dirty[u] = 1
+
+
+def _frozen(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The arrays, made read-only (they are shared between objects)."""
+    for a in arrays:
+        a.flags.writeable = False
+    return arrays

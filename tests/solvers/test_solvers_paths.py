@@ -71,6 +71,37 @@ def test_updates_are_bit_identical_to_full_passes_on_a_pipeline(bf) -> None:
         assert times.tails == full.tails
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_arrays_follow_the_lists_through_any_order_of_calls(bf, seed: int) -> None:
+    """The arrays an updated object hands out (kept from its parent's and the tasks its
+    waves touched) equal the ones a full pass gives, whenever they are asked for: after
+    a trial without tails, after `with_tails`, after a branch that is dropped."""
+    problem = bf.one_f_one_b(
+        5, 12, lambda s, k: tuple(Mode(1.0 + 0.1 * s + 0.07 * j, 100.0 - j) for j in range(5))
+    )
+    ip = IndexedProblem(problem)
+    rng = np.random.default_rng(seed)
+    durations = np.array([d[int(rng.integers(5))] for d in ip.durations])
+    times = PathTimes.of(ip, durations)
+    for step in range(120):
+        tasks = rng.choice(ip.n, int(rng.integers(1, 40 if step % 7 == 0 else 6)), replace=False)
+        new = [ip.durations[i][int(rng.integers(5))] for i in tasks]
+        trial = times.changed(tasks, new, tails=bool(rng.integers(2)))
+        if rng.integers(3) == 0:
+            trial.makespan  # noqa: B018 (materializes the arrays before the tails)
+        if rng.integers(4) == 0:
+            continue  # the trial is dropped; its parent must be untouched
+        times = trial.with_tails(tasks)
+        durations[tasks] = new
+        if rng.integers(2) == 0:
+            continue  # arrays asked for later, after more changes
+        full = PathTimes.of(ip, durations)
+        for got, want in zip(times.arrays(), full.arrays(), strict=True):
+            assert np.array_equal(got, want)
+        assert times.makespan == full.makespan
+        assert not times.arrays()[1].flags.writeable
+
+
 @pytest.mark.parametrize("hold", ["makespan", "deadline"])
 @pytest.mark.parametrize("seed", range(4))
 def test_energy_at_a_known_makespan_is_evaluates_energy(bf, seed: int, hold: str) -> None:
