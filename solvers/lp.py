@@ -34,7 +34,7 @@ import scipy.sparse as sp
 from solvers.budget import Budget
 from solvers.exceptions import SolverError, TimeLimitReached
 from solvers.highs import INF, Model
-from solvers.hull import lower_hull, pareto_modes
+from solvers.hull import lower_hull, task_hulls, task_pareto
 from solvers.indexed import IndexedProblem
 from solvers.network import HullNetwork
 
@@ -395,10 +395,4 @@ def _hulls(ip: IndexedProblem) -> tuple[list[list[int]], list[list[int]]]:
     second each time. They depend only on `ip`'s durations and costs (a rescaled copy
     has its own cache). The lists are shared: an LP only reads them.
     """
-    cached = ip.__dict__.get("_hulls")
-    if cached is None:
-        pareto = [pareto_modes(ip.durations[i], ip.costs[i]) for i in range(ip.n)]
-        hull = [lower_hull(ip.durations[i], ip.costs[i], pareto[i]) for i in range(ip.n)]
-        cached = (pareto, hull)
-        ip._hulls = cached  # type: ignore[attr-defined]
-    return cached  # type: ignore[no-any-return]
+    return task_pareto(ip), task_hulls(ip)

@@ -31,7 +31,7 @@ import scipy.sparse as sp
 
 from solvers.budget import Budget
 from solvers.highs import INF, Model
-from solvers.hull import pareto_modes, pareto_modes_by_setting
+from solvers.hull import pareto_modes_by_setting, task_pareto
 from solvers.indexed import IndexedProblem
 from solvers.stopping import Watch
 
@@ -50,11 +50,12 @@ def candidate_modes(ip: IndexedProblem) -> list[list[int]]:
         return cached  # type: ignore[no-any-return]
     out: list[list[int]] = []
     on_chain = {i for pair in ip.chain_pairs for i in pair}
+    plain = task_pareto(ip)
     for i in range(ip.n):
         if ip.group_of[i] >= 0 or i in on_chain:
             out.append(pareto_modes_by_setting(ip.durations[i], ip.costs[i], ip.settings[i]))
         else:
-            out.append(pareto_modes(ip.durations[i], ip.costs[i]))
+            out.append(plain[i])
     ip._candidates = out  # type: ignore[attr-defined]
     return out
 

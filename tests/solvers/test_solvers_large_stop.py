@@ -4,9 +4,10 @@ computed once per problem (`solvers.lp._hulls`)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from solvers import stages
+from solvers import Mode, stages
 from solvers.budget import Budget
 from solvers.hull import lower_hull, pareto_modes
 from solvers.incumbent import Incumbent
@@ -84,3 +85,67 @@ def test_cached_hulls_are_the_computed_ones(bf, seed: int) -> None:
     assert given.hull == first.hull and given.hull is not first.hull
     # A rescaled copy has its own.
     assert HullLP(ip.rescaled(2.0, 4.0)).hull is not first.hull
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_shared_mode_tables_give_each_task_its_own_pareto_modes_and_hull(bf, seed) -> None:
+    from solvers.hull import task_hulls, task_pareto
+
+    ip = IndexedProblem(bf.pipeline_problem(2 + seed % 3, 6)[0])
+    pareto, hulls = task_pareto(ip), task_hulls(ip)
+    for i in range(ip.n):
+        assert pareto[i] == pareto_modes(ip.durations[i], ip.costs[i])
+        assert hulls[i] == lower_hull(ip.durations[i], ip.costs[i], pareto[i])
+    # Tasks with one mode table share one computation.
+    same = [
+        (i, j)
+        for i in range(ip.n)
+        for j in range(i)
+        if np.array_equal(ip.durations[i], ip.durations[j])
+        and np.array_equal(ip.costs[i], ip.costs[j])
+    ]
+    assert same
+    assert all(pareto[i] is pareto[j] for i, j in same)
+
+
+def test_a_large_problem_tries_its_first_tile_before_the_nearest_rounding(bf, monkeypatch) -> None:
+    import solvers.periodic as periodic
+    from solvers import relax
+
+    calls: list[str] = []
+    tiled, nearest = periodic.tiled_plans, stages.nearest_rounding
+
+    def tiles(*args, **kwargs):
+        calls.append(f"tiles {kwargs['tiles'].start}")
+        return tiled(*args, **kwargs)
+
+    def rounding(*args, **kwargs):
+        calls.append("nearest")
+        return nearest(*args, **kwargs)
+
+    monkeypatch.setattr(stages, "tiled_plans", tiles)
+    monkeypatch.setattr(stages, "nearest_rounding", rounding)
+    assert relax.nearest_rounding is nearest
+    monkeypatch.setattr(stages, "NETWORK_POLISH_GAP", 0.0)  # never polished: every step runs
+
+    def modes(s: int, k: str) -> tuple[Mode, ...]:
+        base = (1.0 if k == "f" else 2.0) * (1 + 0.07 * s)
+        return tuple(
+            Mode(base * (1 + 0.06 * j), base * 300 * (1 - 0.05 * j + 0.003 * j * j))
+            for j in range(6)
+        )
+
+    problem = bf.one_f_one_b(4, 24, modes)
+    ip = IndexedProblem(problem)
+    t_fast, start = fastest_plan(ip)
+    inc = stages.relax_plan(
+        ip,
+        1.05 * t_fast,
+        start,
+        t_fast,
+        Budget.of_work(20.0),
+        lp=HullLP(ip, method="network"),
+        watch=Watch(rule=RUN_TO_LIMIT),
+    )
+    assert calls[:3] == ["tiles 0", "nearest", "tiles 1"]
+    assert meets(ip.evaluate(inc.modes).makespan, inc.deadline)
