@@ -221,3 +221,25 @@ def test_later_factorizations_reuse_the_ordering_and_still_solve_exactly() -> No
         got = lap.factor(theta)(rhs)
         assert np.max(np.abs(got - expect)) <= 1e-7 * np.max(np.abs(expect))
     assert lap._order is not None and sorted(lap._order) == list(range(lap.schur_size))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_pinned_steady_state_agrees_with_highs(bf, seed) -> None:
+    """The tiling's solve: every steady task pinned (one arc each in the network),
+    the warm-up and cool-down free. The same optimum as HiGHS, and a schedule that
+    costs it."""
+    from solvers.periodic import find_repetition
+
+    ip, t_fast = _pipeline(bf, 4, 16, seed)
+    rep = find_repetition(ip)
+    assert rep is not None
+    rng = np.random.default_rng(seed)
+    inner = np.flatnonzero(rep.interior).tolist()
+    per_class = [int(rng.integers(len(ip.durations[m]))) for m in rep.members]
+    modes = [per_class[rep.task_class[i]] for i in inner]
+    deadline = 1.5 * t_fast
+    (_, highs), (lp, net) = _both(ip, deadline, (inner, modes))
+    assert (highs is None) == (net is None)
+    if net is not None:
+        assert net.objective == pytest.approx(highs.objective, rel=AGREE)
+        _check_schedule(lp, net, deadline)
