@@ -292,9 +292,7 @@ def rounding_stage(lp: HullLP, inc: Incumbent, t_fast: float, budget: Budget) ->
     """The LP and its rounding: plans from the LP relaxation, offered to `inc`.
 
     1. One LP solve, rounding and slack-to-energy improvement (`relax_once`); its
-       optimum is the bound, offered to `inc`. On problems whose LP is solved through
-       its network (`HullLP.method`, large ones), also the same LP point rounded to
-       the nearer mode and repaired (`nearest_rounding`).
+       optimum is the bound, offered to `inc`.
     2. Sweeps (`sweep`): deadlines from the fastest makespan up to the deadline, each
        plan seeding the next; one sweep per entry of `SWEEP_STEPS` while time remains.
        On 1F1B pipelines it beats one LP (16 × 128 × 30 at 1.05 × T_allmax: 0.82 %
@@ -327,14 +325,6 @@ def rounding_stage(lp: HullLP, inc: Incumbent, t_fast: float, budget: Budget) ->
     end_cost = took()  # an overestimate: the LP was cold
     inc.offer_bound(first.bound)
     inc.offer(first.modes, inc.solver)
-    if lp.method == "network":
-        # Large problems (LP re-solves take seconds, sweeps and dives rarely fit): a
-        # second rounding of the same LP point. It may use the LP's whole budget (the
-        # relax stages'), not only this stage's share: on 64 × 512 the first rounding
-        # alone spends the share, and the rounding gains more than the search after it.
-        nearest = nearest_rounding(lp, first.lp_point, deadline, lp.budget or budget)
-        if nearest is not None:
-            inc.offer(nearest, inc.solver)
     if not lp.warm:
         return first.lp_point  # every further LP solve would be as slow as the first
     try:

@@ -35,8 +35,10 @@ __all__ = [
     "DEFAULT_GAP",
     "DEFAULT_METHOD",
     "DEFAULT_TIME_LIMIT_S",
+    "DEFAULT_WORK_S",
     "METHODS",
     "Method",
+    "default_work_s",
     "evaluate",
     "fastest_makespan",
     "fastest_plan",
@@ -284,9 +286,22 @@ DEFAULT_METHOD = "auto"
 DEFAULT_TIME_LIMIT_S = 60.0
 
 #: `solve`'s budget of work unless given a time limit, in reference seconds
-#: (`solvers.budget.WorkMeter`): its stop rules then count work alone, so one input
-#: gives one plan on any machine at any load.
+#: (`solvers.budget.WorkMeter`), up to `WORK_TASKS` tasks (`default_work_s`): its stop
+#: rules then count work alone, so one input gives one plan on any machine at any load.
 DEFAULT_WORK_S = 60.0
+
+#: Above this many tasks the default budget of work grows with the tasks: an LP solve
+#: and a longest-path pass cost in proportion to them (on 64 × 512 × 30, 65 536 tasks,
+#: one LP solve is about 20 reference s), and a fixed budget would leave a large
+#: problem no work past its first LP.
+WORK_TASKS = 16_384
+
+
+def default_work_s(tasks: int) -> float:
+    """`solve`'s budget of work for a problem of `tasks` tasks, in reference seconds:
+    `DEFAULT_WORK_S`, and in proportion to the tasks above `WORK_TASKS`."""
+    return DEFAULT_WORK_S * max(1.0, tasks / WORK_TASKS)
+
 
 #: `solve`'s optimality gap unless told (relative).
 DEFAULT_GAP = 1e-4
@@ -316,7 +331,7 @@ def solve(
     gap: float = DEFAULT_GAP,
     stop: StopRule | None = None,
     *,
-    work_limit: float = DEFAULT_WORK_S,
+    work_limit: float | None = None,
 ) -> Solution:
     """Minimum-energy assignment of modes whose makespan meets `deadline`.
 
@@ -341,7 +356,8 @@ def solve(
             gains ≤ 0.01 % over a window; milp, the exact method, runs to `gap` or the
             time limit (`solvers.stopping.RUN_TO_LIMIT`, which the others take too).
         work_limit: without `time_limit`, the work the search may do, in reference
-            seconds (`solvers.budget.WorkMeter`: the same on any machine at any load).
+            seconds (`solvers.budget.WorkMeter`: the same on any machine at any load);
+            None: `default_work_s` of the problem's size.
 
     Returns:
         The plan; `status` is ``"optimal"`` (its gap ≤ `gap`), ``"time_limit"``,
@@ -362,6 +378,8 @@ def solve(
     chosen = method_named(method)
     if time_limit is not None and not (isinstance(time_limit, (int, float)) and time_limit > 0):
         raise ProblemError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
+    if work_limit is None:
+        work_limit = default_work_s(len(problem.tasks))
     if not (isinstance(work_limit, (int, float)) and 0 < work_limit < math.inf):
         raise ProblemError(f"work_limit must be a positive finite number, got {work_limit!r}")
     if not (isinstance(gap, (int, float)) and 0 <= gap < 1):

@@ -570,7 +570,7 @@ def solve_with_confidence(
         solvers.InfeasibleDeadline: D is below the fastest makespan.
     """
     from solvers import fastest_makespan, solve
-    from solvers.solve import DEFAULT_WORK_S
+    from solvers.solve import default_work_s
 
     started = time.perf_counter()
     if not 0.0 < confidence < 1.0:
@@ -646,7 +646,7 @@ def solve_with_confidence(
                 deadline=at,
                 method=method,
                 time_limit=budget.solver_limit(budget.share(1.0 / max(1, left))),
-                work_limit=DEFAULT_WORK_S / max(1, left),
+                work_limit=default_work_s(len(target.problem.tasks)) / max(1, left),
                 gap=gap,
                 stop=stop,
             )

@@ -283,7 +283,7 @@ def solve_plan(
     from solvers.deadline import meets
     from solvers.exceptions import ADVICE_RTOL, round_up
     from solvers.lp import NETWORK_TASKS
-    from solvers.solve import DEFAULT_WORK_S, method_named
+    from solvers.solve import default_work_s, method_named
 
     budget = budget or TimeBudget(time_limit)
     size = f"{len(plan.elements)} elements"
@@ -321,7 +321,7 @@ def solve_plan(
             deadline=at,
             method=method,
             time_limit=budget.solver_limit(seconds),
-            work_limit=part * DEFAULT_WORK_S,
+            work_limit=part * default_work_s(len(problem.tasks)),
             gap=gap,
             stop=rule,
         )

@@ -14,9 +14,15 @@ from solvers.indexed import IndexedProblem, meets
 from solvers.lp import HullLP
 from solvers.periodic import (
     CYCLIC_GAP,
+    TILE_RANGE,
+    TILES,
     cyclic_model,
     cyclic_plan,
+    device_cycle_plans,
     find_repetition,
+    period_price,
+    steady_period,
+    tile_choices,
     tiled_plans,
 )
 from solvers.relax import relax_once
@@ -206,3 +212,103 @@ def test_longer_blocks_contain_the_shorter_ones(bf) -> None:
     choice = model.choice()
     assert len(choice) == k
     assert all(len(row) == 2 for row in choice)
+
+
+def _random_1f1b(bf, seed: int, stages: int, modes: int = 5) -> IndexedProblem:
+    """A 1F1B pipeline with one random convex-ish mode table per (stage, kind)."""
+    rng = np.random.default_rng(seed)
+    table: dict[tuple[int, str], tuple[Mode, ...]] = {}
+
+    def random_modes(s: int, k: str) -> tuple[Mode, ...]:
+        if (s, k) not in table:
+            d = np.sort(rng.uniform(1.0, 2.0, size=modes)) * (2.0 if k == "b" else 1.0)
+            e = np.sort(rng.uniform(150.0, 400.0, size=modes))[::-1] * d.mean()
+            table[(s, k)] = tuple(Mode(float(a), float(b)) for a, b in zip(d, e, strict=True))
+        return table[(s, k)]
+
+    return IndexedProblem(bf.one_f_one_b(stages, 4 * stages + 4, random_modes))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_device_cycle_plans_score_what_the_cyclic_milp_proves(bf, seed: int) -> None:
+    """At any price of time and any longest period, the cheapest plan by the device
+    cycles scores exactly the cyclic MILP's proven optimum (Σ cost + price · Π), and
+    fits every cycle of the class graph at its period."""
+    ip = _random_1f1b(bf, seed, stages=2 + seed % 3)
+    rep = find_repetition(ip)
+    assert rep is not None
+    k = len(rep.members)
+    rng = np.random.default_rng(100 + seed)
+    fast = cycle_period([float(ip.durations[i].min()) for i in rep.members], rep.edges, k)
+    slow = cycle_period([float(ip.durations[i].max()) for i in rep.members], rep.edges, k)
+    for price in (ip.idle_total_w, float(rng.uniform(0, 20)) * ip.idle_total_w):
+        period_max = fast + float(rng.uniform(0.1, 0.9)) * (slow - fast)
+        ranked = device_cycle_plans(ip, rep, 0.0, period_max, price, 3)
+        assert ranked
+        plan, period, score = ranked[0]
+        durations = [float(ip.durations[i][m]) for i, m in zip(rep.members, plan, strict=True)]
+        assert cycle_period(durations, rep.edges, k) <= period * (1 + 1e-9)
+        assert period <= period_max * (1 + 1e-12)
+        cost = sum(float(ip.costs[i][m]) for i, m in zip(rep.members, plan, strict=True))
+        assert score == pytest.approx(cost + price * period, rel=1e-12)
+        milp = cyclic_model(ip, rep, period_max, price=price)
+        milp.model.set_option("mip_rel_gap", 1e-9)
+        assert milp.model.run(60.0) == "optimal"
+        assert score == pytest.approx(milp.model.objective(), rel=1e-7)
+        # The ranking: distinct plans, scores never falling.
+        assert len({tuple(p) for p, _, _ in ranked}) == len(ranked)
+        assert all(a[2] <= b[2] for a, b in itertools.pairwise(ranked))
+
+
+def test_device_cycles_that_cannot_tell_leave_it_to_the_milp(bf, monkeypatch) -> None:
+    import solvers.periodic as periodic
+
+    ip = _random_1f1b(bf, 3, stages=3)
+    rep = find_repetition(ip)
+    assert rep is not None
+    fast = cycle_period(
+        [float(ip.durations[i].min()) for i in rep.members], rep.edges, len(rep.members)
+    )
+    by_cycles = cyclic_plan(ip, rep, 1.1 * fast, Budget.of(30.0))
+    monkeypatch.setattr(periodic, "DEVICE_COMBINATIONS", 1)
+    assert device_cycle_plans(ip, rep, 0.0, 1.1 * fast, ip.idle_total_w, 1) is None
+    by_milp = cyclic_plan(ip, rep, 1.1 * fast, Budget.of(30.0))
+
+    def cost(plan: list[int]) -> float:
+        return sum(float(ip.costs[i][m]) for i, m in zip(rep.members, plan, strict=True))
+
+    assert cost(by_milp) == pytest.approx(cost(by_cycles), rel=CYCLIC_GAP)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_fits_finds_every_cycle_that_overruns(bf, seed: int) -> None:
+    """`_fits` against the enumeration of the class graph's cycles."""
+    from solvers.periodic import _fits
+
+    ip = _random_1f1b(bf, seed, stages=3)
+    rep = find_repetition(ip)
+    assert rep is not None
+    rng = np.random.default_rng(seed)
+    for _ in range(20):
+        durations = [float(rng.choice(ip.durations[i])) for i in rep.members]
+        need = cycle_period(durations, rep.edges, len(rep.members))
+        assert _fits(rep.edges, durations, need * 1.001)
+        assert not _fits(rep.edges, durations, need * 0.99)
+
+
+def test_tiles_are_distinct_near_the_lp_period_and_cheapest_first(bf) -> None:
+    ip = IndexedProblem(bf.one_f_one_b(4, 24, convex_modes))
+    rep = find_repetition(ip)
+    assert rep is not None
+    t_fast, _ = fastest_plan(ip)
+    lp = HullLP(ip)
+    point = relax_once(lp, 1.05 * t_fast).lp_point
+    period = steady_period(rep, point.starts)
+    price = period_price(ip, rep, period)
+    assert price > 0
+    tiles = list(tile_choices(ip, rep, period, Budget.of(30.0)))
+    assert 1 <= len(tiles) <= TILES
+    assert len({tuple(t) for t in tiles}) == len(tiles)
+    lo, hi = TILE_RANGE
+    ranked = device_cycle_plans(ip, rep, lo * period, hi * period, price, TILES)
+    assert [p for p, _, _ in ranked] == tiles

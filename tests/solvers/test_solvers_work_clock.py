@@ -128,3 +128,22 @@ def test_modes_shared_by_many_tasks_are_checked_once_and_still_refused_when_bad(
     )
     with pytest.raises(ProblemError, match=r"task 't50' mode 1: energy"):
         broken.validate()
+
+
+def test_the_default_work_grows_with_the_tasks_past_its_size(bf, monkeypatch) -> None:
+    import importlib
+
+    solve_module = importlib.import_module("solvers.solve")
+    from solvers.solve import DEFAULT_WORK_S, WORK_TASKS, default_work_s
+
+    assert default_work_s(1) == DEFAULT_WORK_S
+    assert default_work_s(WORK_TASKS) == DEFAULT_WORK_S
+    assert default_work_s(4 * WORK_TASKS) == pytest.approx(4 * DEFAULT_WORK_S)
+    # A solve without a work limit reads it from its problem's size: a budget so
+    # small at this size that it is spent, and named in the message.
+    problem, deadline = bf.pipeline_problem(3, 8)
+    monkeypatch.setattr(solve_module, "WORK_TASKS", 1)
+    monkeypatch.setattr(solve_module, "DEFAULT_WORK_S", 1e-9)
+    sol = solve(problem, deadline, method="relax")
+    assert sol.stop_reason == "work_limit"
+    assert f"{1e-9 * len(problem.tasks):g} reference s" in sol.message
