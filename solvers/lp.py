@@ -100,7 +100,8 @@ class HullLP:
             self.pareto = [list(p) for p in pareto]
             self.hull = [lower_hull(ip.durations[i], ip.costs[i], self.pareto[i]) for i in range(n)]
         else:
-            self.pareto, self.hull = _hulls(ip)
+            # Shared with every LP of `ip` (an LP only reads them).
+            self.pareto, self.hull = task_pareto(ip), task_hulls(ip)
         self.hull_d = _pad([ip.durations[i][h] for i, h in enumerate(self.hull)])
         self.pareto_d = _pad([ip.durations[i][q] for i, q in enumerate(self.pareto)])
         self.pareto_idx = _pad([np.asarray(q, float) for q in self.pareto], fill=-1).astype(
@@ -385,14 +386,3 @@ def _pad(rows: Sequence[np.ndarray], fill: float = np.inf) -> np.ndarray:
     for i, r in enumerate(rows):
         out[i, : len(r)] = r
     return out
-
-
-def _hulls(ip: IndexedProblem) -> tuple[list[list[int]], list[list[int]]]:
-    """Every task's Pareto modes and lower-hull vertices, cached on `ip`.
-
-    A plan solve builds one LP for the plan at the fastest makespan and one for the
-    deadline on the same problem; on 8 192 tasks the hulls are about a third of a
-    second each time. They depend only on `ip`'s durations and costs (a rescaled copy
-    has its own cache). The lists are shared: an LP only reads them.
-    """
-    return task_pareto(ip), task_hulls(ip)

@@ -9,18 +9,23 @@ the steady state is planned as a whole:
 1. `find_repetition` groups tasks into *classes* (same device, same modes), ranks
    each class's tasks in topological order, and keeps the tasks whose edges follow
    their class's most common pattern (neighbour class, rank offset): the *interior*.
-2. `cyclic_plan` solves the cyclic MILP of one period: one task per class, every
-   pattern edge u → v with rank offset δ as o_u + d_u ≤ o_v + δ · p, the period p
-   bounded, minimizing Σ cost + S̄ · p (the design's accounting, per period).
+2. The cyclic model of one period: one task per class, every pattern edge u → v with
+   rank offset δ as o_u + d_u ≤ o_v + δ · p, the period p bounded, minimizing
+   Σ cost + price · p. `device_cycle_plans` solves it exactly where each device's own
+   cycles decide it (every 1F1B pipeline), by enumerating each device's mode
+   combinations; `cyclic_plan` falls back to the MILP (`cyclic_model`) elsewhere.
 3. `tiled_plans` gives every interior task its class's mode, pins them in the hull LP,
    lets the LP plan the warm-up and cool-down around them, rounds that part, and hands
-   back the plans (feasible, improved) for several periods just below the LP's own
-   (a tile at the LP's period leaves the warm-up and cool-down no time).
+   back the plans (feasible, improved) for the periods near the LP's own that are
+   cheapest once the time they take from the warm-up and cool-down is priced
+   (`tile_choices`, `period_price`).
 
 Measured on ``benchmarks/solver_scale.py`` (16 × 128 × 30, 1.05 × T_allmax): the
 best of the four tiled plans is 0.54 % above the LP bound after improvement, against
 0.82 % for the rounded LP, and relax's 60-s search ends at 0.48–0.49 % (0.62 %
-without tiling). On 8 × 32 × 10 (``lowtime_synthetic.py``) relax gains 0–0.1 %.
+without tiling). On 8 × 32 × 10 (``lowtime_synthetic.py``) relax gains 0–0.1 %. On
+64 × 512 × 30 at 1.10 × the first tile is 0.50 % above the bound as rounded and
+0.47 % after its improvement, against 0.69 % for the rounded LP.
 
 Assumptions:
     No groups and no transition costs (as `solvers.relax`).
@@ -278,7 +283,7 @@ def cyclic_plan(
 ) -> list[int] | None:
     """The cheapest one-period plan: a mode index per class; None if none was found.
 
-    First by the device cycles alone (`device_cycle_plan`, exact when its plan fits
+    First by the device cycles alone (`device_cycle_plans`, exact when its plan fits
     every cycle), else by the cyclic MILP (`cyclic_model`) in HiGHS.
 
     Args:
@@ -287,9 +292,9 @@ def cyclic_plan(
         period_max: s, the longest period allowed.
         budget: the time HiGHS may take.
     """
-    fast = device_cycle_plan(ip, rep, period_max)
-    if fast is not None:
-        return fast
+    fast = device_cycle_plans(ip, rep, 0.0, period_max, idle_price(ip), 1)
+    if fast:
+        return fast[0][0]
     cyclic = cyclic_model(ip, rep, period_max)
     cyclic.model.set_option("mip_rel_gap", CYCLIC_GAP)
     cyclic.model.run(budget.remaining(), budget=budget)
@@ -304,13 +309,6 @@ DEVICE_COMBINATIONS = 200_000
 
 #: Largest number of cycles among one device's classes that `device_cycle_plans` takes.
 DEVICE_CYCLES = 64
-
-
-def device_cycle_plan(ip: IndexedProblem, rep: Repetition, period_max: float) -> list[int] | None:
-    """The cheapest one-period plan by each device's own cycles (`device_cycle_plans`,
-    periods up to `period_max` at the idle price); None when it cannot tell."""
-    plans = device_cycle_plans(ip, rep, 0.0, period_max, idle_price(ip), 1)
-    return None if plans is None or not plans else plans[0][0]
 
 
 def device_cycle_plans(

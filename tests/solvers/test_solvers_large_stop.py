@@ -1,6 +1,6 @@
 """Large problems (the LP solved through its network) end after rounding when the plan
 is within `solvers.stages.NETWORK_POLISH_GAP` of its bound; the hulls an LP needs are
-computed once per problem (`solvers.lp._hulls`)."""
+computed once per problem (`solvers.hull.task_hulls`)."""
 
 from __future__ import annotations
 

@@ -104,6 +104,17 @@ def test_random_problems_agree_with_highs_at_any_deadline(bf, seed, hold) -> Non
         _check_schedule(lp, net, deadline)
 
 
+def _pinned_agree(ip, deadline: float, tasks: list[int], modes: list[int]) -> HullLP:
+    """Both methods with `tasks` pinned to `modes`: the same optimum (or both none), and
+    a network schedule that costs it. The network's LP, still pinned."""
+    (_, highs), (lp, net) = _both(ip, deadline, (tasks, modes))
+    assert (highs is None) == (net is None)
+    if net is not None:
+        assert net.objective == pytest.approx(highs.objective, rel=AGREE)
+        _check_schedule(lp, net, deadline)
+    return lp
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_pinned_tasks_agree_with_highs(bf, seed) -> None:
     ip, t_fast = _pipeline(bf, 3, 6, seed)
@@ -112,11 +123,7 @@ def test_pinned_tasks_agree_with_highs(bf, seed) -> None:
     modes = [int(rng.integers(len(ip.durations[i]))) for i in tasks]
     # Pinned to arbitrary modes (dominated ones too), the deadline has to leave room.
     deadline = 1.6 * t_fast
-    (_, highs), (lp, net) = _both(ip, deadline, (tasks, modes))
-    assert (highs is None) == (net is None)
-    if net is not None:
-        assert net.objective == pytest.approx(highs.objective, rel=AGREE)
-        _check_schedule(lp, net, deadline)
+    lp = _pinned_agree(ip, deadline, tasks, modes)
     lp.unfix_all()
     again = lp.solve()
     free = HullLP(ip, method="highs")
@@ -237,9 +244,4 @@ def test_a_pinned_steady_state_agrees_with_highs(bf, seed) -> None:
     inner = np.flatnonzero(rep.interior).tolist()
     per_class = [int(rng.integers(len(ip.durations[m]))) for m in rep.members]
     modes = [per_class[rep.task_class[i]] for i in inner]
-    deadline = 1.5 * t_fast
-    (_, highs), (lp, net) = _both(ip, deadline, (inner, modes))
-    assert (highs is None) == (net is None)
-    if net is not None:
-        assert net.objective == pytest.approx(highs.objective, rel=AGREE)
-        _check_schedule(lp, net, deadline)
+    _pinned_agree(ip, 1.5 * t_fast, inner, modes)

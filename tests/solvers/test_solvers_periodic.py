@@ -176,13 +176,18 @@ def test_relax_stages_keep_the_best_tiled_plan(bf, monkeypatch) -> None:
     assert e_found <= best_tiled * (1 + 1e-12)
 
 
-def test_no_tiling_when_the_time_is_spent(bf) -> None:
+def _tiling_case(bf):
+    """A 4 × 24 pipeline, its repetition, fastest makespan, LP and LP point at 1.05 ×."""
     ip = IndexedProblem(bf.one_f_one_b(4, 24, convex_modes))
     rep = find_repetition(ip)
     assert rep is not None
     t_fast, _ = fastest_plan(ip)
     lp = HullLP(ip)
-    point = relax_once(lp, 1.05 * t_fast).lp_point
+    return ip, rep, t_fast, lp, relax_once(lp, 1.05 * t_fast).lp_point
+
+
+def test_no_tiling_when_the_time_is_spent(bf) -> None:
+    _, rep, t_fast, lp, point = _tiling_case(bf)
     assert tiled_plans(lp, 1.05 * t_fast, point, rep, Budget.of(0.0)) == []
     assert tiled_plans(lp, 1.05 * t_fast, point, rep, Budget.of(1.0), step_estimate=2.0) == []
 
@@ -297,12 +302,7 @@ def test_fits_finds_every_cycle_that_overruns(bf, seed: int) -> None:
 
 
 def test_tiles_are_distinct_near_the_lp_period_and_cheapest_first(bf) -> None:
-    ip = IndexedProblem(bf.one_f_one_b(4, 24, convex_modes))
-    rep = find_repetition(ip)
-    assert rep is not None
-    t_fast, _ = fastest_plan(ip)
-    lp = HullLP(ip)
-    point = relax_once(lp, 1.05 * t_fast).lp_point
+    ip, rep, _, _, point = _tiling_case(bf)
     period = steady_period(rep, point.starts)
     price = period_price(ip, rep, period)
     assert price > 0
