@@ -46,7 +46,7 @@ from solvers.problem import Problem
 from solvers.relax import relax_once
 from solvers.scaling import scaled
 from solvers.solution import Solution, build_solution, relative_gap
-from solvers.solve import DEFAULT_WORK_S, METHODS, fastest_plan, solve
+from solvers.solve import METHODS, default_work_s, fastest_plan, solve
 from solvers.stages import relax_stages
 from solvers.stopping import RUN_TO_LIMIT, StopRule
 
@@ -132,7 +132,7 @@ def frontier(
         work_per_point: without a time limit, the work per deadline, in reference
             seconds (`solvers.budget.WorkMeter`): the same frontier on any machine at
             any load. The energy-minimizing end has `solve`'s own budget of work
-            (`solvers.solve.DEFAULT_WORK_S`; its stall rule ends it far sooner).
+            (`solvers.solve.default_work_s`; its stall rule ends it far sooner).
 
     Returns:
         Feasible plans sorted by makespan, energy strictly falling: from a plan at the
@@ -281,7 +281,7 @@ def frontier(
         the frontier ends on its way to that plan. The plans it passes through are kept
         in `trail` as candidate points."""
         assert lp is not None
-        budget = Budget.of(per_point) if on_wall else Budget.of_work(DEFAULT_WORK_S)
+        budget = Budget.of(per_point) if on_wall else Budget.of_work(default_work_s(ip.n))
         watch = EndWatch(
             rule=StopRule(stall_min_s=END_STALL_MIN_S), clock=budget.clock, started=budget.started
         )

@@ -8,7 +8,7 @@ in a device-wide setting that a group or a transition cost cares about).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -71,36 +71,33 @@ def task_pareto(ip: IndexedProblem) -> list[list[int]]:
     """`pareto_modes` of every task, cached on `ip` (the lists are shared: read only).
 
     Tasks with the same modes (every microbatch of a pipeline stage) share one
-    computation: on 64 × 512 × 30 there are 128 different mode tables among 65 536
-    tasks, and computing each task's took 3.5 s, three times over (the LP's hulls, the
-    local searches' tables, the MILP's columns).
+    computation, and one list: on 64 × 512 × 30 there are 128 different mode tables
+    among 65 536 tasks, and computing each task's took 3.5 s, three times over (the
+    LP's hulls, the local searches' tables, the MILP's columns).
     """
     cached = ip.__dict__.get("_task_pareto")
     if cached is None:
-        cached = _per_table(ip, pareto_modes)
+        seen: dict[tuple[bytes, bytes], list[int]] = {}
+        cached = []
+        for d, c in zip(ip.durations, ip.costs, strict=True):
+            key = (d.tobytes(), c.tobytes())
+            if key not in seen:
+                seen[key] = pareto_modes(d, c)
+            cached.append(seen[key])
         ip._task_pareto = cached  # type: ignore[attr-defined]
     return cached  # type: ignore[no-any-return]
 
 
 def task_hulls(ip: IndexedProblem) -> list[list[int]]:
-    """`lower_hull` of every task's Pareto modes, cached on `ip` like `task_pareto`."""
+    """`lower_hull` of every task's Pareto modes, cached on `ip` and shared like
+    `task_pareto` (one hull per shared Pareto list)."""
     cached = ip.__dict__.get("_task_hulls")
     if cached is None:
-        cached = _per_table(ip, lambda d, c: lower_hull(d, c, pareto_modes(d, c)))
+        by_list: dict[int, list[int]] = {}
+        cached = []
+        for i, pareto in enumerate(task_pareto(ip)):
+            if id(pareto) not in by_list:
+                by_list[id(pareto)] = lower_hull(ip.durations[i], ip.costs[i], pareto)
+            cached.append(by_list[id(pareto)])
         ip._task_hulls = cached  # type: ignore[attr-defined]
     return cached  # type: ignore[no-any-return]
-
-
-def _per_table(
-    ip: IndexedProblem, of: Callable[[np.ndarray, np.ndarray], list[int]]
-) -> list[list[int]]:
-    """`of(durations, costs)` per task, computed once per distinct mode table."""
-    seen: dict[tuple[bytes, bytes], list[int]] = {}
-    out = []
-    for d, c in zip(ip.durations, ip.costs, strict=True):
-        key = (d.tobytes(), c.tobytes())
-        got = seen.get(key)
-        if got is None:
-            got = seen[key] = of(d, c)
-        out.append(got)
-    return out

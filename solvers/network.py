@@ -241,7 +241,7 @@ class HullNetwork:
             eliminate=np.arange(self.n),
         )
         if keep is not None:
-            res = _expanded(res, keep, len(keep))
+            res = _expanded(res, keep)
         bound = self.certified_bound(res.flow, deadline, idle, pinned, pin_d, pin_c)
         times = -res.potential
         t, starts, horizon = self._vertex_schedule(res, times, deadline, lo, hi, pinned)
@@ -463,9 +463,10 @@ def _group_max(values: np.ndarray, group: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-def _expanded(res: FlowResult, keep: np.ndarray, size: int) -> FlowResult:
-    """`res` over a subset `keep` of the arcs, spread back over all `size` of them: a
-    dropped arc carries no flow and sits at its lower bound."""
+def _expanded(res: FlowResult, keep: np.ndarray) -> FlowResult:
+    """`res` over the arcs `keep` marks, spread back over all of them: a dropped arc
+    carries no flow and sits at its lower bound."""
+    size = len(keep)
     flow = np.zeros(size)
     at_lower = np.ones(size, dtype=bool)
     at_upper = np.zeros(size, dtype=bool)

@@ -46,7 +46,7 @@ import scipy.sparse as sp
 from solvers.budget import Budget
 from solvers.exceptions import SolverError
 from solvers.highs import INF, Model
-from solvers.hull import pareto_modes
+from solvers.hull import task_pareto
 from solvers.improve import improve, repair
 from solvers.indexed import IndexedProblem, meets
 from solvers.lp import HullLP, LPPoint, round_down
@@ -229,7 +229,8 @@ def cyclic_model(
     `idle_price`: the idle power S̄).
     """
     k = len(rep.members)
-    modes = [pareto_modes(ip.durations[i], ip.costs[i]) for i in rep.members]
+    pareto = task_pareto(ip)
+    modes = [pareto[i] for i in rep.members]
     sizes = [len(modes[c]) for c in range(k) for _ in range(block)]
     first = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     nx, n = int(first[-1]), k * block
@@ -350,7 +351,8 @@ def device_cycle_plans(
         with no rank step, or the cheapest plan breaks a cycle through several devices.
     """
     k = len(rep.members)
-    modes = [pareto_modes(ip.durations[i], ip.costs[i]) for i in rep.members]
+    pareto = task_pareto(ip)
+    modes = [pareto[i] for i in rep.members]
     dur = [ip.durations[i][m] for i, m in zip(rep.members, modes, strict=True)]
     cost = [ip.costs[i][m] for i, m in zip(rep.members, modes, strict=True)]
     device = ip.task_device[np.asarray(rep.members)]

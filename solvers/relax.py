@@ -13,10 +13,11 @@
 
 `relax_once` is the cheap variant (one LP solve, rounding down, improvement) used for
 frontier sweeps; `nearest_rounding` rounds the same LP point up where it sits near the
-slower mode, then repairs the deadline (large problems, where re-solving is costly);
-`rounding_stage` runs them, sweeps of deadlines from the fastest makespan, and diving,
-and offers every plan to the solve's `Incumbent`. The stages
-that follow it (tiling, iterated improvement) are in `solvers.stages`.
+slower mode, then repairs the deadline (large problems, where re-solving is costly;
+`solvers.stages` runs it after the first tile); `rounding_stage` runs `relax_once`,
+sweeps of deadlines from the fastest makespan, and diving, and offers every plan to the
+solve's `Incumbent`. The stages that follow it (tiling, iterated improvement) are in
+`solvers.stages`.
 
 Integrality: the hull LP bound is loose on 1F1B pipelines (about 200 of 512 tasks sit
 between two modes at once, and no discrete plan fits every tight path as the LP does).

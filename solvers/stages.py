@@ -95,7 +95,10 @@ def relax_stages(
         if point is None:  # the LP says infeasible: only by float rounding at the boundary
             inc.solver = "fastest plan"
             return
-        tiling = budget.child(max(generators.remaining(), TILING_SHARE * budget.limit_s))
+
+        def tiling() -> Budget:  # what rounding left of its share, at least TILING_SHARE
+            return budget.child(max(generators.remaining(), TILING_SHARE * budget.limit_s))
+
         if lp.method == "network":
             if _polished(inc, "rounding"):
                 return
@@ -104,7 +107,7 @@ def relax_stages(
             # bound as rounded, against 0.69 % for the LP rounded down), then a second
             # rounding of the LP point, which may use the relax stages' whole budget
             # (on GPT-3 8 × 512 it ends 0.37 % above the bound, its tiles 0.44–0.61 %).
-            tiling_stage(lp, inc, point, tiling, tiles=slice(0, 1))
+            tiling_stage(lp, inc, point, tiling(), tiles=slice(0, 1))
             if _polished(inc, "tiling"):
                 return
             nearest = nearest_rounding(lp, point, inc.deadline, lp.budget or budget)
@@ -112,12 +115,11 @@ def relax_stages(
                 inc.offer(nearest, inc.solver)
             if _polished(inc, "rounding"):
                 return
-            tiling = budget.child(max(generators.remaining(), TILING_SHARE * budget.limit_s))
-            tiling_stage(lp, inc, point, tiling, tiles=slice(1, None))
+            tiling_stage(lp, inc, point, tiling(), tiles=slice(1, None))
             if _polished(inc, "tiling"):
                 return
         else:
-            tiling_stage(lp, inc, point, tiling)
+            tiling_stage(lp, inc, point, tiling())
     except TimeLimitReached:
         if point is None:
             _without_lp(inc, budget)
