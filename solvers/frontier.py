@@ -72,16 +72,13 @@ END_POINT_S = 1.5
 FAST_END_PATIENCE = 25
 
 #: Reference seconds of work (`solvers.budget.WorkMeter`): the stall window of the
-#: search at the energy-minimizing end, which is `solve(problem, None)`'s own search
-#: from the same LP, stopped by the same rule (a gain of at most
-#: `solvers.stopping.STALL_GAIN` over the window) with this window instead of
-#: `solvers.stopping.STALL_MIN_S`. The same steps, so it stops on the way to that
-#: solve's plan. On ``lowtime_bench/s8_m32_u1ms`` it stops after 1.95 reference s of
-#: work instead of 3.42 (1.36 against 1.88 s CPU), at 10 410.29 J against the solve's
-#: 10 409.60 J, 0.0066 % above it (replayed on the solve's history, a window of 1.5 s
-#: stops at 0.0017 %, 0.8 s at 0.0117 %). Where the search gains for long, the window's
-#: share of the time spent (`solvers.stopping.STALL_SHARE`) governs and the end is the
-#: solve's plan itself (``solver_scale.py``'s 8 × 32 × 30: 10 294.41 J both).
+#: search at the energy-minimizing end, which is `solve(problem, None)`'s own search from
+#: the same LP and rule (`solvers.stopping.STALL_GAIN` over the window) with this window
+#: instead of `solvers.stopping.STALL_MIN_S`: it stops on the way to that solve's plan
+#: (``lowtime_bench/s8_m32_u1ms``: 10 410.28 J against 10 409.58 J, +0.0067 %). Where
+#: the search gains for long, the window's share of the time spent
+#: (`solvers.stopping.STALL_SHARE`) governs and the end is the solve's plan itself
+#: (``solver_scale.py``'s 8 × 32 × 30: 10 294.42 J both).
 END_STALL_MIN_S = 1.0
 
 #: Deadlines on the first even grid, per point asked for; `_fill` searches the gaps

@@ -33,8 +33,8 @@ class PathTimes:
 
     The times live in lists (the waves read and write them one task at a time) and,
     for the whole-schedule passes of the searches (`arrays`), in numpy
-    arrays: an object made by `changed` keeps its parent's arrays and the tasks its
-    wave touched, and brings a copy up to date from those only when asked (on 65 536
+    arrays: an object made by `changed` keeps its parent's arrays and marks of the tasks
+    its waves visited, and brings a copy up to date from those only when asked (on 65 536
     tasks, converting the lists on every round of a search cost as much as the waves).
     """
 
@@ -67,9 +67,9 @@ class PathTimes:
         self.tails = tails
         #: (durations, starts, tails) as read-only arrays equal to the lists, or None.
         self._mirror: tuple[np.ndarray, ...] | None = None
-        #: Arrays equal to the lists except at `_touched` (None: none).
+        #: Arrays equal to the lists but at the tasks `_touched` marks (a byte mask per wave).
         self._base: tuple[np.ndarray, ...] | None = None
-        self._touched: list[int] = []
+        self._touched: list[bytearray] = []
 
     @classmethod
     def of(cls, ip: IndexedProblem, durations: np.ndarray) -> PathTimes:
@@ -92,11 +92,15 @@ class PathTimes:
         from the lists where the waves touched them."""
         if self._mirror is None:
             lists = (self.durations, self.starts, self.tails)
-            base = self._base
-            if base is None or 4 * len(self._touched) > len(self.durations):
+            base, idx = self._base, None
+            if base is not None:
+                mask = np.zeros(len(self.durations), dtype=np.uint8)
+                for marks in self._touched:
+                    mask |= np.frombuffer(marks, dtype=np.uint8)
+                idx = np.flatnonzero(mask)
+            if idx is None or 4 * len(idx) > len(self.durations):
                 self._mirror = _frozen(*(np.array(x, dtype=float) for x in lists))
             else:
-                idx = np.unique(np.array(self._touched, dtype=np.int64))
                 copies = [b.copy() for b in base]
                 for arr, values in zip(copies, lists, strict=True):
                     arr[idx] = [values[i] for i in idx.tolist()]
@@ -132,7 +136,6 @@ class PathTimes:
             d[int(i)] = float(x)
         out = self._child(d)
         idx = sorted({int(i) for i in tasks})
-        out._touched.extend(idx)
         if idx:
             out._forward(idx)
         return out.with_tails(idx) if tails else out
@@ -156,7 +159,6 @@ class PathTimes:
             dirty[i] = 1
         preds, succs, d = self.preds, self.succs, self.durations
         start, end = self.starts, self.ends
-        touched = self._touched
         for v in range(changed[0], n):
             if not dirty[v]:
                 continue
@@ -168,9 +170,9 @@ class PathTimes:
             if e != end[v] or s != start[v]:
                 start[v] = s
                 end[v] = e
-                touched.append(v)
                 for w in succs[v]:
                     dirty[w] = 1
+        self._touched.append(dirty)  # a superset of the tasks whose times changed
 
     def _backward(self, changed: list[int]) -> None:
         """Revisit tails from the last changed task's predecessors back to the first task."""
@@ -183,7 +185,6 @@ class PathTimes:
                 if u > top:
                     top = u
         preds, succs, d, tail = self.preds, self.succs, self.durations, self.tails
-        touched = self._touched
         for v in range(top, -1, -1):
             if not dirty[v]:
                 continue
@@ -194,9 +195,9 @@ class PathTimes:
                     t = x
             if t != tail[v]:
                 tail[v] = t
-                touched.append(v)
                 for u in preds[v]:
                     dirty[u] = 1
+        self._touched.append(dirty)
 
 
 def _frozen(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:

@@ -216,8 +216,11 @@ def nearest_rounding(
     return improve(ip, modes, deadline, budget)
 
 
-#: Diving batch sizes tried in turn by `rounding_stage` while time remains.
+#: Diving batch sizes tried in turn by `rounding_stage` while time remains; without a
+#: deadline one dive of 0.05 (`solve(problem, None)` on 12 pipelines: the same plan or
+#: a cheaper one on 11, 6e-7 dearer on 8 × 32 × 30, in 10–50 % less CPU).
 DIVE_BATCHES = (0.2, 0.05, 1.0)
+NO_DEADLINE_DIVES = (0.05,)
 
 #: A dive is started only with time for this many warm relax steps left.
 DIVE_STEPS = 20
@@ -366,7 +369,7 @@ def _round_more(
         )
         if res is not None:
             inc.offer(res.modes, inc.solver)
-    for batch in DIVE_BATCHES:
+    for batch in DIVE_BATCHES if deadline is not None else NO_DEADLINE_DIVES:
         # A dive re-solves the LP dozens of times and then improves the plan.
         if done() or budget.remaining() < DIVE_STEPS * step_cost:
             break
