@@ -154,9 +154,10 @@ def fit_command(
         if output.suffix.lower() in (".yaml", ".yml"):
             import yaml
 
-            from eopt.model.fileformats import atomic_write_text
+            from eopt.model.fileformats import SAFE_DUMPER, atomic_write_text
 
-            atomic_write_text(output, yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
+            text = yaml.dump(doc, Dumper=SAFE_DUMPER, sort_keys=False, allow_unicode=True)
+            atomic_write_text(output, text)
         else:
             write_json(output, doc)
         result["profile"] = str(output)

@@ -54,6 +54,7 @@ import networkx as nx
 import yaml
 
 from eopt.model.fileformats import (
+    SAFE_DUMPER,
     FileFormatError,
     Where,
     atomic_write_text,
@@ -546,9 +547,12 @@ def _to_yaml(data: Mapping[str, Any]) -> str:
             lines.append(f"{key}:")
             lines.extend(f"  - {_flow(item)}" for item in value)
         else:
-            lines.append(yaml.safe_dump({key: value}, sort_keys=False, width=1000).rstrip("\n"))
+            text = yaml.dump({key: value}, Dumper=SAFE_DUMPER, sort_keys=False, width=1000)
+            lines.append(text.rstrip("\n"))
     return "\n".join(lines) + "\n"
 
 
 def _flow(item: Any) -> str:
-    return yaml.safe_dump(item, default_flow_style=True, sort_keys=False, width=10**6).strip()
+    return yaml.dump(
+        item, Dumper=SAFE_DUMPER, default_flow_style=True, sort_keys=False, width=10**6
+    ).strip()

@@ -61,6 +61,30 @@ def test_pipeline_plan_round_trips(tmp_path: Path) -> None:
     assert [e.type for e in again.elements] == [e.type for e in plan.elements]
 
 
+def test_yaml_text_is_pyyamls_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The C dumper (libyaml) writes the text PyYAML's pure-Python dumper writes, on names
+    that need quoting, and the plan reads back."""
+    import yaml
+
+    from eopt.model import planfile
+
+    odd = ["a: b", "#x", "ü-ß", "'q'", 'd"q', "yes", "1e3", "-", "[x]", "null", " lead"]
+    text = GOOD.replace(
+        "elements:\n",
+        "elements:\n"
+        + "".join(
+            f"  - {{name: {json.dumps(n)}, device: g0, type: {json.dumps(n)}}}\n" for n in odd
+        ),
+    )
+    plan = read_plan(_write(tmp_path, text))
+    assert planfile.SAFE_DUMPER is getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    write_plan(tmp_path / "c.yaml", plan)
+    monkeypatch.setattr(planfile, "SAFE_DUMPER", yaml.SafeDumper)
+    write_plan(tmp_path / "py.yaml", plan)
+    assert (tmp_path / "c.yaml").read_text() == (tmp_path / "py.yaml").read_text()
+    assert read_plan(tmp_path / "c.yaml").to_dict() == plan.to_dict()
+
+
 A_AFTER_C = "{name: A, device: g0, type: gemm, after: [C]}"
 BAD_CASES = [
     (
