@@ -11,7 +11,6 @@ exact evaluation (single tasks, whole groups) polishes the best plan.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import replace
 
 import numpy as np
 
@@ -246,8 +245,3 @@ def _one_setting_per_device(
                     out[i] = s
                 break
     return out
-
-
-def without_coupling(problem: Problem) -> Problem:
-    """The same problem with groups and transition costs removed."""
-    return replace(problem, groups=(), transition={})

@@ -64,11 +64,8 @@ EXACT_POINT_S = 1.0
 END_POINT_S = 1.5
 
 #: Steps in a row without a cheaper plan after which the iterated improvement at the
-#: fastest end stops (`solvers.perturb.perturb_search`). The end is one LP step and
-#: this search, counted in steps rather than seconds so that a loaded machine gets the
-#: same plan. On 8 × 32: 11 391.2 J in 0.08 s (50 steps: 11 384.6 J in 0.4 s; the full
-#: relax search: 11 383.2 J in 1.5 s; the LP step alone: 11 405.2 J; LP bound
-#: 11 317.4 J). The end only anchors the sweep; the points after it are single steps.
+#: fastest end (one LP step, then `solvers.perturb.perturb_search`) stops: on 8 × 32
+#: 11 391.2 J in 0.08 s (50 steps: 11 384.6 J in 0.4 s; the LP step alone: 11 405.2 J).
 FAST_END_PATIENCE = 25
 
 #: Reference seconds of work (`solvers.budget.WorkMeter`): the stall window of the

@@ -55,10 +55,8 @@ NO_CROSSOVER_COLUMNS = 30_000
 IPM_BOUND_RTOL = 1e-7
 
 #: From this many tasks the LP is solved through its dual network (`solvers.network`):
-#: below it HiGHS's warm re-solves (sweeps, dives, tiles) take milliseconds; from it a
-#: network solve costs no more than a warm HiGHS re-solve (2 shared cores, 1.10 × the
-#: fastest makespan: 1024 tasks, HiGHS cold 0.49 s, warm 0.085 s, network 0.25 s; 2048
-#: tasks, HiGHS warm 0.43 s, network about 0.5 s; 4096 tasks, HiGHS cold 4.5 s, warm
+#: from it a network solve costs no more than a warm HiGHS re-solve (1.10 × the fastest
+#: makespan, 2048 tasks: HiGHS warm 0.43 s, network about 0.5 s; 4096 tasks: HiGHS warm
 #: 2–3 s, network 0.97 s).
 NETWORK_TASKS = 2048
 

@@ -20,12 +20,8 @@ the steady state is planned as a whole:
    cheapest once the time they take from the warm-up and cool-down is priced
    (`tile_choices`, `period_price`).
 
-Measured on ``benchmarks/solver_scale.py`` (16 × 128 × 30, 1.05 × T_allmax): the
-best of the four tiled plans is 0.54 % above the LP bound after improvement, against
-0.82 % for the rounded LP, and relax's 60-s search ends at 0.48–0.49 % (0.62 %
-without tiling). On 8 × 32 × 10 (``lowtime_synthetic.py``) relax gains 0–0.1 %. On
-64 × 512 × 30 at 1.10 × the first tile is 0.50 % above the bound as rounded and
-0.47 % after its improvement, against 0.69 % for the rounded LP.
+On 16 × 128 × 30 at 1.05 × T_allmax the best tiled plan is 0.54 % above the LP bound
+after improvement, against 0.82 % for the rounded LP (``benchmarks/README.md``).
 
 Assumptions:
     No groups and no transition costs (as `solvers.relax`).

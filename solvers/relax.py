@@ -20,13 +20,8 @@ solve's `Incumbent`. The stages that follow it (tiling, iterated improvement) ar
 `solvers.stages`.
 
 Integrality: the hull LP bound is loose on 1F1B pipelines (about 200 of 512 tasks sit
-between two modes at once, and no discrete plan fits every tight path as the LP does).
-On ``lowtime_bench/s4_m8_u1ms`` at 1.05 × T_allmax a 150-s MILP proves the optimum at
-least 0.16 % above the LP bound (LP 1963.20 J, proven ≥ 1966.42 J, best 1967.78 J). On
-8 × 32 a 7-minute MILP from the best plan raises the bound by only 0.12 % (1.05 ×) and
-0.10 % (1.20 ×) and lowers the plan by 0.05 % and 0 %
-(``benchmarks/results/solver_gap_8x32_*.json``): most of the 0.5–0.6 % gap there is
-most likely in the bound, not in the plans.
+between two modes at once); long MILP runs put most of the 0.5–0.6 % gap on 8 × 32 in
+the bound, not in the plans (``benchmarks/results/solver_gap_*.json``).
 
 Assumptions:
     No groups and no transition costs (see `solvers.coupled` for those).
@@ -144,21 +139,26 @@ def relax_assign(
 
 
 def relax_once(
-    lp: HullLP, deadline: float | None, seeds: Sequence[Sequence[int]] = ()
+    lp: HullLP,
+    deadline: float | None,
+    seeds: Sequence[Sequence[int]] = (),
+    point: LPPoint | None = None,
 ) -> RelaxResult | None:
     """A cheap relax step for frontier sweeps: one warm LP solve, no diving.
 
     Rounds every fractional task to its faster mode (which fits the LP's schedule),
     improves that plan and every seed plan (assignments meeting `deadline`, e.g. the
     plan at the previous, tighter deadline) by slack-to-energy moves, and keeps the
-    cheapest. None when the deadline is infeasible.
+    cheapest. None when the deadline is infeasible. `point`: the LP's optimum at
+    `deadline`, when the caller has it (no solve then).
 
     Assumptions:
         `lp` has no pinned tasks.
     """
     ip = lp.ip
-    lp.set_deadline(deadline)
-    point = lp.solve()
+    if point is None:
+        lp.set_deadline(deadline)
+        point = lp.solve()
     if point is None:
         return None
     rounded = round_down(lp, point.t).tolist()
@@ -176,6 +176,16 @@ def relax_once(
             best, best_e = modes, ev.energy
     assert best is not None  # the rounded plan always qualifies
     return RelaxResult([int(m) for m in best], point.energy_bound(ip, deadline), point, 1)
+
+
+def lp_stage(lp: HullLP, inc: Incumbent) -> LPPoint | None:
+    """The LP at `inc`'s deadline, its optimum offered as the bound (None: infeasible)."""
+    lp.unfix_all()
+    lp.set_deadline(inc.deadline)
+    point = lp.solve()
+    if point is not None:
+        inc.offer_bound(point.energy_bound(lp.ip, inc.deadline))
+    return point
 
 
 #: Where an LP duration lies between two modes (0 at the faster, 1 at the slower) above
@@ -292,7 +302,9 @@ def sweep(
     return res, step_cost, took()
 
 
-def rounding_stage(lp: HullLP, inc: Incumbent, t_fast: float, budget: Budget) -> LPPoint | None:
+def rounding_stage(
+    lp: HullLP, inc: Incumbent, t_fast: float, budget: Budget, point: LPPoint | None = None
+) -> LPPoint | None:
     """The LP and its rounding: plans from the LP relaxation, offered to `inc`.
 
     1. One LP solve, rounding and slack-to-energy improvement (`relax_once`); its
@@ -313,6 +325,7 @@ def rounding_stage(lp: HullLP, inc: Incumbent, t_fast: float, budget: Budget) ->
         inc: the solve's best plan; its deadline is the one solved for.
         t_fast: the fastest makespan, in `lp`'s time unit (start of the sweeps).
         budget: the time steps 2 and 3 may take.
+        point: the LP's optimum at the deadline (`lp_stage`), when already solved.
 
     Returns:
         The first LP optimum (None: the LP says the deadline is infeasible).
@@ -323,10 +336,10 @@ def rounding_stage(lp: HullLP, inc: Incumbent, t_fast: float, budget: Budget) ->
     deadline = inc.deadline
     lp.unfix_all()
     took = budget.stopwatch()
-    first = relax_once(lp, deadline)
+    first = relax_once(lp, deadline, point=point)
     if first is None:
         return None
-    end_cost = took()  # an overestimate: the LP was cold
+    end_cost = took() + (lp.cold_solve_s if point else 0.0)  # an overestimate: a cold LP
     inc.offer_bound(first.bound)
     inc.offer(first.modes, inc.solver)
     if not lp.warm:

@@ -6,10 +6,10 @@ The relax method on an uncoupled problem runs, in order:
    sweeps of deadlines and LP dives; `GENERATOR_SHARE` of the time;
 2. **tiling** (`tiling_stage`): plans that repeat one cyclic plan over the steady
    state of repeated DAGs (`solvers.periodic`); what rounding left of its share, and
-   at least `TILING_SHARE` of the time. On problems whose LP is solved through its
-   network (large ones) the first tile comes first, then the LP point rounded to the
-   nearer mode (`solvers.relax.nearest_rounding`), then the other tiles, and a plan
-   within `NETWORK_POLISH_GAP` of the bound after any of them ends the stages;
+   at least `TILING_SHARE` of the time. Where the LP is solved through its network
+   (large problems) the order is the first tile, the LP point rounded to the nearer mode
+   (`solvers.relax.nearest_rounding`), rounding, the other tiles (rounding first at
+   the fastest makespan); a plan within `NETWORK_POLISH_GAP` of the bound ends them;
 3. **improvement** (`improvement_stage`): iterated improvement of the best plan
    (`solvers.perturb`) with the rest.
 
@@ -34,7 +34,7 @@ from solvers.lp import HullLP, LPPoint
 from solvers.milp import MilpResult
 from solvers.periodic import Repetition, find_repetition, tiled_plans
 from solvers.perturb import perturb_search
-from solvers.relax import nearest_rounding, rounding_stage
+from solvers.relax import lp_stage, nearest_rounding, rounding_stage
 from solvers.stopping import RUN_TO_LIMIT, Watch
 
 #: Share of the relax stages' time that rounding (sweeps and dives) may use.
@@ -71,7 +71,7 @@ def relax_stages(
     or its first solve reaches the end) there is no bound: the incumbent's plan (the
     fastest one) is improved by exact slack-to-energy moves instead, and
     `Incumbent.out_of_time` is set. On an LP solved through its network (large
-    problems), a plan within `NETWORK_POLISH_GAP` of the bound after rounding ends the
+    problems), a plan within `NETWORK_POLISH_GAP` of the bound after any step ends the
     stages there.
 
     Args:
@@ -91,29 +91,33 @@ def relax_stages(
         lp.budget = budget
         inc.solver = RELAX_SOLVER if lp.method == "highs" else NETWORK_RELAX_SOLVER
         generators = budget.until(GENERATOR_SHARE)
-        point = rounding_stage(lp, inc, t_fast, generators)
-        if point is None:  # the LP says infeasible: only by float rounding at the boundary
-            inc.solver = "fastest plan"
-            return
 
         def tiling() -> Budget:  # what rounding left of its share, at least TILING_SHARE
             return budget.child(max(generators.remaining(), TILING_SHARE * budget.limit_s))
 
-        if lp.method == "network":
-            if _polished(inc, "rounding"):
+        network = lp.method == "network"
+        point = lp_stage(lp, inc) if network else rounding_stage(lp, inc, t_fast, generators)
+        if point is None:  # the LP says infeasible: only by float rounding at the boundary
+            inc.solver = "fastest plan"
+            return
+        if network:
+            # The most promising first: 64 × 512 × 30 at 1.10 ×: first tile 0.50 %; GPT-3
+            # 8 × 512 at +5 %: nearest 0.37 %, rounded down 0.51 % (2.6 s CPU), tiles
+            # 0.44–0.61 %; at its fastest makespan: rounded down 0.60 %, nearest 1.01 %.
+            def rounding() -> bool:
+                rounding_stage(lp, inc, t_fast, generators, point)
+                return _polished(inc, "rounding")
+
+            first = inc.deadline is not None and inc.deadline <= t_fast * (1 + 1e-9)
+            if first and rounding():
                 return
-            # Large problems (LP re-solves take seconds, sweeps and dives rarely fit):
-            # the most promising tile (on 64 × 512 × 30 at 1.10 ×, 0.50 % above the
-            # bound as rounded, against 0.69 % for the LP rounded down), then a second
-            # rounding of the LP point, which may use the relax stages' whole budget
-            # (on GPT-3 8 × 512 it ends 0.37 % above the bound, its tiles 0.44–0.61 %).
             tiling_stage(lp, inc, point, tiling(), tiles=slice(0, 1))
             if _polished(inc, "tiling"):
                 return
             nearest = nearest_rounding(lp, point, inc.deadline, lp.budget or budget)
             if nearest is not None:
                 inc.offer(nearest, inc.solver)
-            if _polished(inc, "rounding"):
+            if _polished(inc, "rounding") or (not first and rounding()):
                 return
             tiling_stage(lp, inc, point, tiling(), tiles=slice(1, None))
             if _polished(inc, "tiling"):

@@ -37,14 +37,44 @@ def _solve(bf, method: str, slack: float, polish_gap: float, monkeypatch) -> Inc
     )
 
 
-@pytest.mark.parametrize("slack", [1.03, 1.1, 1.3])
-def test_a_network_lp_plan_within_the_polish_gap_ends_after_rounding(
+def _record_steps(monkeypatch) -> list[str]:
+    """The large-problem steps `relax_stages` runs, in order, recorded as they start."""
+    calls: list[str] = []
+
+    def recorded(name: str, step):
+        def run(*args, **kwargs):
+            tiles = kwargs.get("tiles")
+            calls.append(name if tiles is None else f"{name} {tiles.start}")
+            return step(*args, **kwargs)
+
+        monkeypatch.setattr(stages, step.__name__, run)
+
+    recorded("tiles", stages.tiled_plans)
+    recorded("nearest", stages.nearest_rounding)
+    recorded("rounding", stages.rounding_stage)
+    recorded("improvement", stages.improvement_stage)
+    return calls
+
+
+@pytest.mark.parametrize("slack", [1.0, 1.03, 1.1, 1.3])
+def test_a_network_lp_plan_within_the_polish_gap_ends_the_stages(
     bf, slack: float, monkeypatch
 ) -> None:
+    calls = _record_steps(monkeypatch)
     inc = _solve(bf, "network", slack, 1.0, monkeypatch)
-    assert any(NOTE in n for n in inc.notes)
+    assert any("no further search" in n for n in inc.notes)
     assert meets(inc.ip.evaluate(inc.modes).makespan, inc.deadline)
-    # The plan is the rounding stage's own: nothing ran after it.
+    # Every plan is within 100 % of the bound: nothing runs after the first step (a tile
+    # where the deadline binds, the LP rounded down at the fastest makespan).
+    assert calls in ([], ["tiles 0"], ["rounding"])
+
+
+def test_a_network_lp_plan_within_the_polish_gap_after_rounding_is_the_rounding_stages(
+    bf, monkeypatch
+) -> None:
+    # At the fastest makespan the LP rounded down comes first.
+    inc = _solve(bf, "network", 1.0, 1.0, monkeypatch)
+    assert any(NOTE in n for n in inc.notes)
     ip = inc.ip
     t_fast, start = fastest_plan(ip)
     alone = Incumbent.start(ip, inc.deadline, start, Watch(rule=RUN_TO_LIMIT))
@@ -108,24 +138,20 @@ def test_shared_mode_tables_give_each_task_its_own_pareto_modes_and_hull(bf, see
     assert all(pareto[i] is pareto[j] for i, j in same)
 
 
-def test_a_large_problem_tries_its_first_tile_before_the_nearest_rounding(bf, monkeypatch) -> None:
-    import solvers.periodic as periodic
-    from solvers import relax
+@pytest.mark.parametrize(
+    ("slack", "order"),
+    [
+        (1.05, ["tiles 0", "nearest", "rounding", "tiles 1", "improvement"]),
+        (1.0, ["rounding", "tiles 0", "nearest", "tiles 1", "improvement"]),
+    ],
+)
+def test_a_large_problem_tries_its_first_tile_and_the_nearest_rounding_first(
+    bf, monkeypatch, slack: float, order: list[str]
+) -> None:
+    """With slack: the first tile, the nearest rounding, the LP rounded down, the other
+    tiles. At the fastest makespan the LP rounded down comes first."""
 
-    calls: list[str] = []
-    tiled, nearest = periodic.tiled_plans, stages.nearest_rounding
-
-    def tiles(*args, **kwargs):
-        calls.append(f"tiles {kwargs['tiles'].start}")
-        return tiled(*args, **kwargs)
-
-    def rounding(*args, **kwargs):
-        calls.append("nearest")
-        return nearest(*args, **kwargs)
-
-    monkeypatch.setattr(stages, "tiled_plans", tiles)
-    monkeypatch.setattr(stages, "nearest_rounding", rounding)
-    assert relax.nearest_rounding is nearest
+    calls = _record_steps(monkeypatch)
     monkeypatch.setattr(stages, "NETWORK_POLISH_GAP", 0.0)  # never polished: every step runs
 
     def modes(s: int, k: str) -> tuple[Mode, ...]:
@@ -140,12 +166,12 @@ def test_a_large_problem_tries_its_first_tile_before_the_nearest_rounding(bf, mo
     t_fast, start = fastest_plan(ip)
     inc = stages.relax_plan(
         ip,
-        1.05 * t_fast,
+        slack * t_fast,
         start,
         t_fast,
         Budget.of_work(20.0),
         lp=HullLP(ip, method="network"),
         watch=Watch(rule=RUN_TO_LIMIT),
     )
-    assert calls[:3] == ["tiles 0", "nearest", "tiles 1"]
+    assert calls == order
     assert meets(ip.evaluate(inc.modes).makespan, inc.deadline)
