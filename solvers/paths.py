@@ -45,6 +45,7 @@ class PathTimes:
         "durations",
         "ends",
         "preds",
+        "sinks",
         "starts",
         "succs",
         "tails",
@@ -58,8 +59,10 @@ class PathTimes:
         starts: list[float],
         ends: list[float],
         tails: list[float],
+        sinks: list[int],
     ) -> None:
         self.preds = preds
+        self.sinks = sinks
         self.succs = succs
         self.durations = durations
         self.starts = starts
@@ -78,14 +81,15 @@ class PathTimes:
         starts = ip.earliest_starts(d)
         ends = starts + d
         tails = ip.tails(d)
-        out = cls(ip.preds, ip.succs, d.tolist(), starts.tolist(), ends.tolist(), tails.tolist())
+        lists = (d.tolist(), starts.tolist(), ends.tolist(), tails.tolist())
+        out = cls(ip.preds, ip.succs, *lists, ip.sinks)
         out._mirror = _frozen(d, starts, tails)
         return out
 
     @property
     def makespan(self) -> float:
-        """The longest path, s."""
-        return max(self.ends, default=0.0)
+        """The longest path, s: the latest end of a task without successors."""
+        return max(map(self.ends.__getitem__, self.sinks), default=0.0)
 
     def arrays(self) -> tuple[np.ndarray, ...]:
         """(durations, earliest starts, tails) as read-only arrays, s, brought up to date
@@ -110,9 +114,8 @@ class PathTimes:
 
     def _child(self, durations: list[float]) -> PathTimes:
         """A copy with `durations`, its arrays to be brought up to date from this one's."""
-        out = PathTimes(
-            self.preds, self.succs, durations, list(self.starts), list(self.ends), self.tails
-        )
+        starts, ends = list(self.starts), list(self.ends)
+        out = PathTimes(self.preds, self.succs, durations, starts, ends, self.tails, self.sinks)
         if self._mirror is not None:
             out._base = self._mirror
         else:
