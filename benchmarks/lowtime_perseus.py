@@ -177,7 +177,7 @@ def run_config(
     print(f"eopt frontier: {len(points)} points in {frontier_s:.2f} s")
     result["frontier"] = {"points": len(points), "wall_s": frontier_s}
 
-    rows, above, late_eopt, solve_times = [], [], [], []
+    rows, above, late_eopt, solve_times, front_above = [], [], [], [], []
     least_saving = math.inf
     for f in args.factors:
         deadline = f * allmax.makespan_s
@@ -198,6 +198,8 @@ def run_config(
         gap = true.gap_to(sol.lower_bound)
         best = lowtime.best_within(deadline) if lowtime else None
         look = lowtime.lookup(deadline) if lowtime else None
+        if best is not None and front_e is not None and front_e > best.true.energy_j * (1 + 1e-9):
+            front_above.append(f"{f:.2f}× (+{front_e / best.true.energy_j - 1:.2%})")
         if best is not None:
             saving = 1.0 - eopt_e / best.true.energy_j
             least_saving = min(least_saving, saving)
@@ -265,6 +267,12 @@ def run_config(
             f"{label}: eopt energy at least {MIN_SAVING:.1%} below lowtime's best plan at "
             f"every deadline (least {least_saving:.2%})"
             + (f" (short at {', '.join(above)})" if above else ""),
+        )
+    if lowtime is not None and lowtime.plans:
+        verdicts.check(
+            not front_above,
+            f"{label}: eopt's frontier alone at or below lowtime's best plan at every deadline"
+            + (f" (above at {', '.join(front_above)})" if front_above else ""),
         )
     verdicts.check(
         not late_eopt,

@@ -69,19 +69,14 @@ END_POINT_S = 1.5
 FAST_END_PATIENCE = 25
 
 #: Reference seconds of work (`solvers.budget.WorkMeter`): the stall window of the
-#: search at the energy-minimizing end, which is `solve(problem, None)`'s own search from
-#: the same LP and rule (`solvers.stopping.STALL_GAIN` over the window) with this window
-#: instead of `solvers.stopping.STALL_MIN_S`: it stops on the way to that solve's plan
-#: (``lowtime_bench/s8_m32_u1ms``: 10 410.28 J against 10 409.58 J, +0.0067 %). Where
-#: the search gains for long, the window's share of the time spent
-#: (`solvers.stopping.STALL_SHARE`) governs and the end is the solve's plan itself
-#: (``solver_scale.py``'s 8 × 32 × 30: 10 294.42 J both).
+#: energy-minimizing end's search, `solve(problem, None)`'s own with this window in place
+#: of `solvers.stopping.STALL_MIN_S`: it stops on the way to that solve's plan
+#: (``lowtime_bench/s8_m32_u1ms``: 10 410.28 J against 10 409.58 J, +0.0067 %); where
+#: the window's share of the time spent governs, at that plan itself (8 × 32 × 30).
 END_STALL_MIN_S = 1.0
 
 #: Deadlines on the first even grid, per point asked for; `_fill` searches the gaps
-#: between kept points for the rest. On 8 × 32, 100 points asked: 118 sweep deadlines
-#: and the end's search give 102 points; with 1.1, 108 deadlines gave 86 and the gaps
-#: took 0.8 s more to fill (a gap's steps rarely land inside it).
+#: between kept points for the rest (on 8 × 32 with 1.1 the gaps took 0.8 s more).
 GRID_PER_POINT = 1.2
 
 #: Relative step below a kept point's makespan where the next slower plan is looked

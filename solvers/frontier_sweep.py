@@ -5,9 +5,9 @@ deadline the plan of the previous (tighter) one still fits, and spending the sla
 that opens up (`solvers.improve.improve_with_times`, from that plan's longest-path
 times) costs about a third of a step that re-solves the hull LP, rounds it and
 improves the rounded plan. A sweep takes that cheap step first and pays for the LP step
-only where the cheap one brings no new plan (the previous plan comes back unchanged):
-on 8 × 32 the LP step ran at 55 of 128 deadlines and the kept points' energies stayed
-within 0.5 J on average of the LP step at every deadline (2.3 s of steps against 1.6 s).
+where the cheap one brings no new plan (the previous plan comes back unchanged), and
+at least every `LP_STEP_EVERY` deadlines: cheap steps alone drift (on Perseus's GPT-3
+A100 8 × 12 the frontier then sat 0.4–1.0 % above lowtime's best plans at 1.02–1.10 ×).
 
 Bounds: the hull LP's optimum falls as the deadline grows (a looser deadline relaxes
 it), so a deadline without its own LP solve takes the bound of the next LP-solved
@@ -134,12 +134,15 @@ class SweepStep:
         return best, bound
 
 
+#: Deadlines between LP steps at most (`sweep_grid`). The frontier's mean energy over
+#: its makespans on Perseus's GPT-3 A100 8 × 12: 5 732.1 J with the LP step at every
+#: deadline, 5 734.2 J at every third, 5 791.9 J with none forced; about 10 % more CPU.
+LP_STEP_EVERY = 3
+
 #: Largest spacing of the deadlines, as a share of the first, at which a sweep skips the
-#: LP step where the previous plan improved is a new plan. Sparser grids take the LP
-#: step at every deadline: from a deadline that far back the previous plan improved is
-#: often dearer than the rounded LP's (4 × 8 with 20 points: 2 of lowtime's 14 plans
-#: beaten by up to 5.1 J, none with the LP step everywhere). On 8 × 32 with 100 points
-#: the spacing is 0.27 %.
+#: LP step where the previous plan improved is a new plan; sparser grids take it at
+#: every deadline (4 × 8 with 20 points: 2 of lowtime's 14 plans beaten by up to 5.1 J
+#: otherwise). On 8 × 32 with 100 points the spacing is 0.27 %.
 CHEAP_STEP_SPACING = 0.005
 
 
@@ -149,9 +152,10 @@ def sweep_grid(
     """Plans at rising `deadlines` (scaled units), each seeded by the one before.
 
     Each deadline first gets the previous plan improved (`SweepStep.seeded`); when that
-    is the previous plan itself, the LP step (`SweepStep.with_lp`) runs too and the
-    cheaper plan is kept. The first deadline always gets the LP step, and so does every
-    deadline when they are spaced wider than `CHEAP_STEP_SPACING`.
+    is the previous plan itself, or `LP_STEP_EVERY` deadlines have passed without one,
+    the LP step (`SweepStep.with_lp`) runs too and the cheaper plan is kept. The first
+    deadline always gets the LP step, and so does every deadline when they are spaced
+    wider than `CHEAP_STEP_SPACING`.
 
     Args:
         step: the problem's steps.
@@ -166,10 +170,12 @@ def sweep_grid(
     prev = start
     spacing = np.diff(np.asarray(deadlines, dtype=float)).max(initial=0.0)
     every = len(deadlines) > 0 and spacing > CHEAP_STEP_SPACING * deadlines[0]
+    last_lp = 0
     for k, deadline in enumerate(deadlines):
         seeded = step.seeded(deadline, prev)
         plan: Plan | None = seeded
-        if k == 0 or every or seeded.modes == prev.modes:
+        if k == 0 or every or seeded.modes == prev.modes or k - last_lp >= LP_STEP_EVERY:
+            last_lp = k
             plan, _ = step.with_lp(deadline, seeded)
             if plan is None:
                 plan = seeded

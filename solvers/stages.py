@@ -43,12 +43,9 @@ GENERATOR_SHARE = 0.4
 #: Share of the relax stages' time that tiling may use at least, after rounding.
 TILING_SHARE = 0.2
 
-#: On problems whose LP is solved through its network (`HullLP.method`, from
-#: `solvers.lp.NETWORK_TASKS` tasks), a plan this close to its bound after rounding or
-#: tiling (relative) ends the solve there: on GPT-3 8 × 512 at +5 % tiling and iterated
-#: improvement took about 9 of 14 s CPU and ended on the same plan (0.373 % above its
-#: bound). Checked on the plan's certified gap only, so the same input stops at the
-#: same place on any machine.
+#: On problems whose LP is solved through its network (`HullLP.method`), a plan this
+#: close to its certified bound (relative) after any step ends the solve there (GPT-3
+#: 8 × 512 at +5 %: further search took 9 of 14 s CPU and ended on the same plan).
 NETWORK_POLISH_GAP = 0.005
 
 #: Modes a second that `HullLP` builds, about (390 000 measured on one core for its

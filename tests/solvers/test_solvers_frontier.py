@@ -176,13 +176,14 @@ def test_lp_frontier_points_carry_certified_bounds(bf, seed: int) -> None:
     assert [(s.makespan, s.energy) for s in again] == [(s.makespan, s.energy) for s in points]
 
 
-def test_sweep_bounds_fall_as_deadlines_rise(bf) -> None:
+def test_sweep_bounds_fall_as_deadlines_rise(bf, monkeypatch) -> None:
     """`sweep_grid`: every plan meets its deadline and gets a bound; the bounds fall
     with the deadline (an LP-solved deadline's bound holds for every tighter one)."""
     import math
 
     import numpy as np
 
+    from solvers import frontier_sweep
     from solvers.frontier_sweep import SweepStep, sweep_grid
     from solvers.indexed import indexed
     from solvers.lp import HullLP
@@ -198,8 +199,20 @@ def test_sweep_bounds_fall_as_deadlines_rise(bf) -> None:
     floor = lp.solve().energy_bound(ip, None)
     step = SweepStep(ip, lp)
     t0 = t_fast / ip.time_unit
-    out = sweep_grid(step, np.linspace(t0, 1.1 * t0, 40)[1:], step.plan(fast), floor)
+    grid = np.linspace(t0, 1.1 * t0, 40)[1:]
+    out = sweep_grid(step, grid, step.plan(fast), floor)
     assert any(plan.lp for _, plan in out) and not all(plan.lp for _, plan in out)
+
+    # The LP step at least every `LP_STEP_EVERY` deadlines (cheap steps alone drift),
+    # where without that rule longer runs of cheap steps occur.
+    def cheap_runs(sweep) -> int:
+        marks = "".join("L" if plan.lp else "c" for _, plan in sweep)
+        return max(len(run) for run in marks.split("L"))
+
+    assert cheap_runs(out) < frontier_sweep.LP_STEP_EVERY
+    monkeypatch.setattr(frontier_sweep, "LP_STEP_EVERY", len(grid) + 1)
+    assert cheap_runs(sweep_grid(step, grid, step.plan(fast), floor)) >= 3
+    monkeypatch.undo()
     bounds = [plan.bound for _, plan in out]
     assert all(not math.isnan(b) for b in bounds)
     # Spaced wider than `CHEAP_STEP_SPACING`, every deadline gets the LP step.
