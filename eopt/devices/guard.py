@@ -51,6 +51,7 @@ import inspect
 import json
 import os
 import re
+import secrets
 import signal
 import socket
 import sys
@@ -326,6 +327,19 @@ def _write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
     # A fresh O_EXCL temporary file (never a guessable <path>.tmp that a planted symlink
     # could redirect), fsynced: this file is what restores the GPUs after a crash.
     atomic_write_text(path, dumps_json(payload, str(path), indent=2), durable=True)
+
+
+def fresh_state_path(directory: Path, pid: int) -> Path:
+    """A state file name that no file in ``directory`` has yet.
+
+    Random, never derived from the run: a kept or a dead run's file must not be
+    overwritten by a later one (an object's address, once part of the name, repeats
+    within a process; a process id repeats across runs).
+    """
+    while True:
+        path = directory / f"gpu-state-{pid}-{secrets.token_hex(8)}.json"
+        if not path.exists():
+            return path
 
 
 def find_state_files(directory: Path | None = None) -> list[StateFile]:
@@ -652,7 +666,7 @@ class _Guard:
         # and two runs can start within one second.
         self._created = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         pid = os.getpid()
-        self.path = self.directory / f"gpu-state-{pid}-{id(self):x}.json"
+        self.path = fresh_state_path(self.directory, pid)
         self._entries = entries
         _write_json_atomic(self.path, _payload(pid, socket.gethostname(), self._created, entries))
 

@@ -239,6 +239,23 @@ def test_apply_twice_then_reset_restores_the_first_original(fake_nvml, tmp_path,
     assert find_state_files() == []
 
 
+def test_a_state_file_name_is_never_one_that_exists(tmp_path, monkeypatch):
+    """A new run's state file never replaces another's (the name once carried an object's
+    address, which repeats within a process: a second `apply` then overwrote the first
+    one's kept original)."""
+    from eopt.devices import guard
+
+    taken = tmp_path / "gpu-state-7-aaaa.json"
+    taken.write_text("kept")
+    tokens = iter(["aaaa", "bbbb"])
+    monkeypatch.setattr(guard.secrets, "token_hex", lambda n: next(tokens))
+    assert guard.fresh_state_path(tmp_path, 7) == tmp_path / "gpu-state-7-bbbb.json"
+    assert taken.read_text() == "kept"
+    monkeypatch.undo()
+    names = {guard.fresh_state_path(tmp_path, 7).name for _ in range(200)}
+    assert len(names) == 200 and all(n.startswith("gpu-state-7-") for n in names)
+
+
 def test_reset_restores_the_oldest_of_several_saved_states(fake_nvml, tmp_path, capsys):
     """Kept settings of an apply, then a run killed on top of them: the apply's original."""
     from eopt.cli.reset import command
