@@ -488,12 +488,11 @@ def command(
     last lines say why it stopped. Those rules count work, not seconds, and so does the
     search's own budget (larger for plans of more than 16 384 elements; plans of 2 048
     and more also stop within 0.5 % of their bound): the same plan on any machine at
-    any load. --time-limit adds a
-    wall-clock cap that covers everything, reading and building the problem included:
-    the solver stops in time with the best plan found so far (and says so), and a plan
-    too large to build within the limit is refused with the limit it needs. Ctrl-C stops
-    the search, keeps the best plan found, and writes it (-o) before exiting with status
-    130.
+    any load. --time-limit adds a wall-clock cap that covers everything, reading and
+    building the problem included: the solver stops in time with the best plan found so
+    far (and says so), and a plan too large to build within the limit is refused with the
+    limit it needs. Ctrl-C stops the search, keeps the best plan found, and writes it (-o)
+    before exiting with status 130.
 
     \b
     Examples:
